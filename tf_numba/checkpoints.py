@@ -1,0 +1,79 @@
+"""tf.c's 39 validation checkpoints: what each `tf_validation_sum` call sums, in tf.c's order.
+
+A checkpoint is the sequential double sum of a float array (tf_validation_sum). Labels name
+the array after tf.c's structs: `forward.*` reads `tf_activations`, `backward.*` reads
+`tf_gradients` (`.weight`/`.bias`, `backward.wte`, `backward.wpe`) or `tf_activations_back`
+(the rest, each the gradient of the loss with respect to that activation). tf.c checks the
+forward arrays of layer 0 and the backward arrays of the last layer; `gradients.wte` is
+checked twice, after the unembedding backward and after the embedding backward.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Config:
+    d_vocab: int
+    d_seq: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+
+    @property
+    def d_k(self):
+        return self.d_model // self.n_heads
+
+
+GPT2 = Config(d_vocab=50257, d_seq=1024, d_model=768, n_heads=12, n_layers=12)
+TINY = Config(d_vocab=96, d_seq=32, d_model=64, n_heads=4, n_layers=2)
+# tf.c's training step: the first 65 tokens of assets/data, 64 inputs and 64 targets.
+INPUT_SIZE = 64
+
+
+def checkpoints(cfg: Config, input_size: int = INPUT_SIZE):
+    """[(label, element count)] for every tf_validation_sum call, in tf.c's order."""
+    T, D, V = input_size, cfg.d_model, cfg.d_vocab
+    last = f"h{cfg.n_layers - 1}"
+    # The add that ends the last layer's backward writes dL/d(its input): the previous
+    # layer's res_2.out, or the embedding when there is one layer.
+    below = "embedding" if cfg.n_layers == 1 else f"h{cfg.n_layers - 2}.res_2.out"
+    return [
+        ("forward.embedding", T * D),
+        ("forward.h0.ln_1", T * D),
+        ("forward.h0.attn.c_attn", T * 3 * D),
+        ("forward.h0.attn.z", T * D),
+        ("forward.h0.attn.c_proj", T * D),
+        ("forward.h0.ln_2", T * D),
+        ("forward.h0.mlp.c_proj", T * D),
+        ("forward.ln_f", T * D),
+        ("forward.unembedding", T * V),
+        ("backward.loss", 1),
+        ("backward.unembedding.wte", V * D),
+        ("backward.ln_f.out", T * D),
+        ("backward.ln_f.weight", D),
+        ("backward.ln_f.bias", D),
+        (f"backward.{last}.res_2.out", T * D),
+        (f"backward.{last}.mlp.c_proj.weight", 4 * D * D),
+        (f"backward.{last}.mlp.c_proj.bias", D),
+        (f"backward.{last}.mlp.gelu.out", T * 4 * D),
+        (f"backward.{last}.mlp.c_fc.out", T * 4 * D),
+        (f"backward.{last}.mlp.c_fc.weight", D * 4 * D),
+        (f"backward.{last}.mlp.c_fc.bias", 4 * D),
+        (f"backward.{last}.ln_2.out", T * D),
+        (f"backward.{last}.ln_2.weight", D),
+        (f"backward.{last}.ln_2.bias", D),
+        (f"backward.{last}.res_2.in_2", T * D),
+        (f"backward.{last}.res_1.out", T * D),
+        (f"backward.{last}.attn.c_proj.weight", D * D),
+        (f"backward.{last}.attn.c_proj.bias", D),
+        (f"backward.{last}.attn.z", T * D),
+        (f"backward.{last}.attn.c_attn.out", T * 3 * D),
+        (f"backward.{last}.attn.c_attn.weight", D * 3 * D),
+        (f"backward.{last}.attn.c_attn.bias", 3 * D),
+        (f"backward.{last}.ln_1.out", T * D),
+        (f"backward.{last}.ln_1.weight", D),
+        (f"backward.{last}.ln_1.bias", D),
+        (f"backward.{last}.res_1.in_2", T * D),
+        (f"backward.{below}", T * D),
+        ("backward.wte", V * D),
+        ("backward.wpe", T * D),
+    ]
