@@ -1,0 +1,395 @@
+"""Assets that tf.c and tf_numba read: model.safetensors, enc and data.
+
+  text      text -> data (GPT-2 tokens as little-endian uint16) and enc (tf.c's decoder file)
+  download  GPT-2 124M model.safetensors from its public model hub
+  synth     synthetic weights of any size, with a matching enc and data
+
+Synthetic values come from an integer hash of (tensor name, element index), so the files are
+the same bits on every machine and numpy version. Nothing is overwritten without --force, and
+every file is written to a temporary name in the same folder, then renamed.
+"""
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import urllib.request
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tf_numba.checkpoints import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
+
+DATA_SIZE_MAX = 1_000_000  # tf.c's tf_data_size_max, in bytes
+GPT2_ENC_SIZE = 722_883  # tf.c's tf_enc_file_size
+GPT2_FILE_SIZE = 548_105_171  # tf.c's tf_safetensor_file_size
+GPT2_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/model.safetensors"
+GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_EOT = 50256
+# The tiny preset's training step: T inputs (tf.c's `input_size = 64`, patched by the oracle).
+TINY_INPUT_SIZE = 8
+PRESETS = {"tiny": TINY, "gpt2": GPT2}
+CHUNK = 1 << 22  # elements hashed at a time: bounds memory for the 124M file
+
+
+class ToolError(Exception):
+    """Bad input or environment: main() prints it as one line and exits non-zero."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The synthetic generator
+
+
+def hash64(key: int, index: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer of (key << 32 | index), in wrapping uint64 arithmetic."""
+    z = (np.uint64(key) << np.uint64(32)) | index.astype(np.uint64)
+    z += np.uint64(0x9E3779B97F4A7C15)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def tensor_key(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+def scale(name: str, cfg: Config):
+    """(center, standard deviation) of a tensor, near trained GPT-2's: matrices 1/sqrt(fan-in)
+    so that every block moves the residual stream (weights of 0.02 leave a model that only
+    repeats its last token), layernorm weights near 1, biases small. Biases and layernorm
+    parameters are not 0 and 1 exactly, so that mixing them up shows."""
+    if name in ("wte.weight", "wpe.weight"):
+        return 0.0, 0.1
+    if ".ln_" in name or name.startswith("ln_f."):
+        return (1.0, 0.1) if name.endswith("weight") else (0.0, 0.05)
+    if name.endswith("weight"):
+        return 0.0, 1.0 / math.sqrt(tensor_shapes(cfg)[name][0])
+    return 0.0, 0.02
+
+
+def synthetic_values(name: str, start: int, count: int, cfg: Config) -> np.ndarray:
+    """Elements [start, start + count) of a tensor: uniform with the tensor's center and
+    deviation, from the top 24 bits of the hash. Every step is exact or one IEEE rounding."""
+    center, std = scale(name, cfg)
+    bits = hash64(tensor_key(name), np.arange(start, start + count, dtype=np.uint64)) >> np.uint64(40)
+    unit = (bits.astype(np.float64) * 2.0 + 1.0) / 2.0**24 - 1.0  # in (-1, 1), exact
+    return (center + unit * (std * math.sqrt(3.0))).astype(np.float32)
+
+
+def tensor_shapes(cfg: Config) -> dict:
+    """GPT-2's safetensors names and shapes (Conv1D weights are [in, out])."""
+    V, S, D, L = cfg.d_vocab, cfg.d_seq, cfg.d_model, cfg.n_layers
+    shapes = {"wte.weight": [V, D], "wpe.weight": [S, D]}
+    for h in range(L):
+        p = f"h.{h}."
+        shapes.update({
+            p + "ln_1.weight": [D], p + "ln_1.bias": [D],
+            p + "attn.bias": [1, 1, S, S],
+            p + "attn.c_attn.weight": [D, 3 * D], p + "attn.c_attn.bias": [3 * D],
+            p + "attn.c_proj.weight": [D, D], p + "attn.c_proj.bias": [D],
+            p + "ln_2.weight": [D], p + "ln_2.bias": [D],
+            p + "mlp.c_fc.weight": [D, 4 * D], p + "mlp.c_fc.bias": [4 * D],
+            p + "mlp.c_proj.weight": [4 * D, D], p + "mlp.c_proj.bias": [D],
+        })
+    shapes.update({"ln_f.weight": [D], "ln_f.bias": [D]})
+    return shapes
+
+
+def tensor_chunks(name: str, shape: list, cfg: Config):
+    """The tensor's float32 bytes, a chunk at a time. `h.N.attn.bias` is GPT-2's causal mask."""
+    if name.endswith(".attn.bias"):
+        yield np.tril(np.ones(shape[-2:], dtype=np.float32)).tobytes()
+        return
+    count = math.prod(shape)
+    for start in range(0, count, CHUNK):
+        yield synthetic_values(name, start, min(CHUNK, count - start), cfg).tobytes()
+
+
+def safetensors_header(shapes: dict, metadata: dict) -> bytes:
+    """The JSON header as the safetensors library writes it: tensors sorted by name, compact
+    separators (tf.c's key search expects `"data_offsets":[`), padded with spaces to 8 bytes."""
+    header = {"__metadata__": metadata}
+    offset = 0
+    for name in sorted(shapes):
+        size = math.prod(shapes[name]) * 4
+        header[name] = {"dtype": "F32", "shape": shapes[name], "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    return raw + b" " * (-len(raw) % 8)
+
+
+def synth_command(cfg: Config, n_tokens: int, gpt2_enc: bool) -> str:
+    """The synth command that makes these exact bytes, recorded in the file's metadata."""
+    cmd = (f"tools/tf_assets.py synth --vocab {cfg.d_vocab} --seq {cfg.d_seq} --d-model {cfg.d_model}"
+           f" --heads {cfg.n_heads} --layers {cfg.n_layers} --tokens {n_tokens}")
+    return cmd + (" --bpe-file gpt2.tiktoken" if gpt2_enc else "")
+
+
+def synthetic_enc_tokens(d_vocab: int) -> list:
+    """V distinct non-empty byte strings: printable ASCII first, then `<i>`."""
+    return [bytes([32 + i]) if i < 95 else f"<{i}>".encode() for i in range(d_vocab)]
+
+
+def synthetic_data(d_vocab: int, n_tokens: int) -> np.ndarray:
+    return (hash64(tensor_key("data"), np.arange(n_tokens, dtype=np.uint64)) % np.uint64(d_vocab)).astype("<u2")
+
+
+def check_config(cfg: Config, n_tokens: int):
+    if min(cfg.d_vocab, cfg.d_seq, cfg.d_model, cfg.n_heads, cfg.n_layers) < 1:
+        raise ToolError(f"every size must be at least 1, got {cfg}")
+    if cfg.d_model % cfg.n_heads:
+        raise ToolError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.n_heads}; pick sizes that divide")
+    if cfg.d_vocab > 65536:
+        raise ToolError(f"vocab {cfg.d_vocab} does not fit tf.c's uint16 tokens; use at most 65536")
+    if not 1 <= n_tokens <= DATA_SIZE_MAX // 2:
+        raise ToolError(f"--tokens {n_tokens} must be between 1 and {DATA_SIZE_MAX // 2} (tf.c's data limit)")
+
+
+def write_synthetic(out_dir, cfg: Config, n_tokens: int = INPUT_SIZE + 1, *, bpe_file=None, force=False) -> None:
+    """Write out_dir/model.safetensors, out_dir/enc and out_dir/data for cfg.
+
+    enc is GPT-2's when bpe_file (a gpt2 .tiktoken ranks file) is given, which needs
+    d_vocab 50257, else synthetic. data holds n_tokens hashed token ids below d_vocab."""
+    check_config(cfg, n_tokens)
+    if bpe_file is not None and cfg.d_vocab != GPT2.d_vocab:
+        raise ToolError(f"--bpe-file gives GPT-2's {GPT2.d_vocab}-token enc, but vocab is {cfg.d_vocab}; drop --bpe-file")
+    tokens = gpt2_enc_tokens(gpt2_encoding(bpe_file)) if bpe_file is not None else synthetic_enc_tokens(cfg.d_vocab)
+    shapes = tensor_shapes(cfg)
+    metadata = {"format": "pt", "n_head": str(cfg.n_heads), "made_by": synth_command(cfg, n_tokens, bpe_file is not None)}
+    header = safetensors_header(shapes, metadata)
+
+    def model_chunks():
+        yield len(header).to_bytes(8, "little")
+        yield header
+        for name in sorted(shapes):
+            yield from tensor_chunks(name, shapes[name], cfg)
+
+    write_files(Path(out_dir), {
+        "model.safetensors": model_chunks,
+        "enc": lambda: [encode_enc(tokens)],
+        "data": lambda: [synthetic_data(cfg.d_vocab, n_tokens).tobytes()],
+    }, force)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading safetensors the way tf.c does
+
+
+def read_header(path):
+    """(header dict, raw JSON bytes) of a safetensors file."""
+    with open(path, "rb") as f:
+        json_size = int.from_bytes(f.read(8), "little")
+        raw = f.read(json_size)
+    if len(raw) != json_size:
+        raise ToolError(f"{path} is not a safetensors file (header cut short); regenerate it")
+    return json.loads(raw), raw
+
+
+def tf_offset_size(json_raw: bytes, key: str):
+    """tf.c's key search: the first `key` in the JSON, then the first `"data_offsets":[` after
+    it (the value begins 15 bytes after `data_offsets`); returns (offset, size) in bytes."""
+    start = json_raw.find(key.encode())
+    if start < 0:
+        raise ToolError(f"tf.c finds no {key!r} in the safetensors header; use a GPT-2-layout file")
+    start = json_raw.find(b"data_offsets", start) + 15
+    comma = json_raw.index(b",", start)
+    end = json_raw.index(b"]", comma)
+    offset = int(json_raw[start:comma])
+    return offset, int(json_raw[comma + 1:end]) - offset
+
+
+def config_from_file(path) -> Config:
+    """Sizes from the tensor shapes; heads from `__metadata__.n_head`, or GPT-2's 12."""
+    header, _ = read_header(path)
+    try:
+        V, D = header["wte.weight"]["shape"]
+        S = header["wpe.weight"]["shape"][0]
+    except (KeyError, ValueError) as exc:
+        raise ToolError(f"{path} has no GPT-2 wte.weight/wpe.weight ({exc}); use a GPT-2-layout file") from None
+    L = sum(1 for name in header if name.startswith("h.") and name.endswith(".ln_1.weight"))
+    heads = header.get("__metadata__", {}).get("n_head")
+    if heads is None:
+        if (V, S, D, L) != (GPT2.d_vocab, GPT2.d_seq, GPT2.d_model, GPT2.n_layers):
+            raise ToolError(f"{path} does not say its head count (__metadata__.n_head); remake it with synth")
+        heads = GPT2.n_heads
+    return Config(d_vocab=V, d_seq=S, d_model=D, n_heads=int(heads), n_layers=L)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2's tokenizer, tf.c's enc and data
+
+
+def gpt2_encoding(bpe_file=None):
+    """tiktoken's gpt2 encoding: from a .tiktoken ranks file, or downloaded by tiktoken."""
+    import tiktoken
+
+    if bpe_file is None:
+        try:
+            return tiktoken.get_encoding("gpt2")
+        except Exception as exc:
+            raise ToolError(f"tiktoken could not fetch the gpt2 encoding ({type(exc).__name__}); "
+                            "offline, pass --bpe-file PATH to a gpt2.tiktoken ranks file") from None
+    from tiktoken.load import load_tiktoken_bpe
+
+    try:
+        ranks = load_tiktoken_bpe(str(bpe_file))
+    except Exception as exc:
+        raise ToolError(f"cannot read BPE ranks from {bpe_file} ({exc}); pass a gpt2.tiktoken file") from None
+    if len(ranks) != GPT2_EOT:
+        raise ToolError(f"{bpe_file} has {len(ranks)} ranks, GPT-2 has {GPT2_EOT}; pass a gpt2.tiktoken file")
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": GPT2_EOT})
+
+
+def gpt2_enc_tokens(encoding) -> list:
+    return [encoding.decode_single_token_bytes(i) for i in range(encoding.n_vocab)]
+
+
+def encode_enc(tokens: list) -> bytes:
+    """tf.c's decoder file: (offset, size) as little-endian uint32 per token, then the bytes."""
+    sizes = np.array([len(t) for t in tokens], dtype="<u4")
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype("<u4")
+    return np.stack([offsets, sizes], axis=1).tobytes() + b"".join(tokens)
+
+
+def decode_enc(raw: bytes, d_vocab: int) -> list:
+    items = np.frombuffer(raw, dtype="<u4", count=2 * d_vocab).reshape(d_vocab, 2)
+    text = raw[8 * d_vocab:]
+    return [text[o:o + s] for o, s in items.tolist()]
+
+
+def encode_data(tokens) -> bytes:
+    data = np.asarray(tokens, dtype="<u2").tobytes()
+    if len(data) > DATA_SIZE_MAX:
+        raise ToolError(f"the text is {len(tokens)} tokens = {len(data)} bytes, over tf.c's "
+                        f"{DATA_SIZE_MAX}-byte data limit; use a shorter text")
+    return data
+
+
+def decode_data(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype="<u2")
+
+
+def write_text_assets(text_file, out_dir, bpe_file=None, force=False) -> None:
+    encoding = gpt2_encoding(bpe_file)
+    try:
+        text = Path(text_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"cannot read {text_file} as UTF-8 text ({exc}); pass a text file") from None
+    data = encode_data(encoding.encode_ordinary(text))
+    enc = encode_enc(gpt2_enc_tokens(encoding))
+    write_files(Path(out_dir), {"data": lambda: [data], "enc": lambda: [enc]}, force)
+
+
+def download(out_dir, url=GPT2_URL, force=False) -> None:
+    """Fetch GPT-2 124M's model.safetensors and keep it only if its size is tf.c's."""
+    def chunks():
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                while block := response.read(1 << 20):
+                    yield block
+        except OSError as exc:
+            raise ToolError(f"cannot download {url} ({exc}); this needs a network, or copy the file in by hand") from None
+
+    write_files(Path(out_dir), {"model.safetensors": chunks}, force, expect_size=GPT2_FILE_SIZE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def write_files(out_dir: Path, files: dict, force: bool, expect_size=None) -> None:
+    """Write {name: () -> iterable of bytes} into out_dir, each through a temporary file and a
+    rename; refuse before writing anything if one exists and force is off."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ToolError(f"{out_dir} is not a folder; pass a folder to --out")
+    existing = [str(out_dir / name) for name in files if (out_dir / name).exists()]
+    if existing and not force:
+        raise ToolError(f"{', '.join(existing)} already exists; pass --force to replace it")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, chunks in files.items():
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for block in chunks():
+                    f.write(block)
+                size = f.tell()
+            if expect_size is not None and size != expect_size:
+                raise ToolError(f"{name} is {size} bytes, expected {expect_size}; the download is not GPT-2 124M")
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide assets from other users
+            os.replace(tmp, out_dir / name)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="tf_assets.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    text = sub.add_parser("text", help="text -> data and enc (GPT-2 tokenizer)")
+    text.add_argument("--input", required=True, help="UTF-8 text file")
+    text.add_argument("--out", required=True, help="folder for data and enc")
+    text.add_argument("--bpe-file", help="gpt2.tiktoken ranks file (else tiktoken downloads it)")
+    text.add_argument("--force", action="store_true", help="replace existing files")
+
+    dl = sub.add_parser("download", help="GPT-2 124M model.safetensors from its model hub")
+    dl.add_argument("--out", required=True, help="folder for model.safetensors")
+    dl.add_argument("--url", default=GPT2_URL, help="where to fetch it (default: %(default)s)")
+    dl.add_argument("--force", action="store_true", help="replace an existing file")
+
+    synth = sub.add_parser("synth", help="synthetic weights, enc and data of any size")
+    synth.add_argument("--preset", choices=sorted(PRESETS), default="tiny",
+                       help="sizes to start from (default: %(default)s; tiny is V=96 S=32 D=64 H=4 L=2)")
+    for flag, field in [("--vocab", "d_vocab"), ("--seq", "d_seq"), ("--d-model", "d_model"),
+                        ("--heads", "n_heads"), ("--layers", "n_layers")]:
+        synth.add_argument(flag, type=int, dest=field, help=f"override the preset's {field}")
+    synth.add_argument("--tokens", type=int, default=INPUT_SIZE + 1,
+                       help="data tokens (default: %(default)s, tf.c's training step)")
+    synth.add_argument("--bpe-file", help="use GPT-2's enc from this gpt2.tiktoken file (vocab 50257 only)")
+    synth.add_argument("--out", required=True, help="folder for model.safetensors, enc, data")
+    synth.add_argument("--force", action="store_true", help="replace existing files")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        if args.command == "text":
+            write_text_assets(args.input, args.out, args.bpe_file, args.force)
+        elif args.command == "download":
+            download(args.out, args.url, args.force)
+        else:
+            sizes = {k: getattr(args, k) for k in Config.__dataclass_fields__ if getattr(args, k) is not None}
+            cfg = dataclasses.replace(PRESETS[args.preset], **sizes)
+            write_synthetic(args.out, cfg, args.tokens, bpe_file=args.bpe_file, force=args.force)
+    except ToolError as exc:
+        print(f"tf_assets.py: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"tf_assets.py: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
