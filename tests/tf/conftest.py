@@ -1,0 +1,36 @@
+"""tf tests: tools/ on sys.path, tiny synthetic assets, and the seed tf.c with clang."""
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from tf_assets import TINY_INPUT_SIZE, write_synthetic  # noqa: E402
+from tf_numba.checkpoints import TINY  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory):
+    """model.safetensors, enc and data of the tiny preset (what the tiny fixtures were made from)."""
+    out = tmp_path_factory.mktemp("tf_tiny")
+    write_synthetic(out, TINY)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_input_size():
+    return TINY_INPUT_SIZE
+
+
+@pytest.fixture(scope="session")
+def tf_c(shared):
+    """The seed tf.c, when ../shared and clang are both here."""
+    path = shared / "seeds" / "tf.c"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    if shutil.which("clang") is None:
+        pytest.skip("clang is not installed (apt-get install clang); the oracle cannot be rebuilt")
+    return path
