@@ -1,0 +1,89 @@
+"""tools/tf_oracle.py and its fixtures: tf.c, rebuilt here, must reproduce them bit for bit."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import tf_oracle
+from tf_assets import ToolError
+from tf_numba.checkpoints import GPT2, TINY, Config, checkpoints
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SUMS = {name: FIXTURES / f"tf_oracle_{name}.json" for name in ("tiny_fma", "tiny_nofma", "gpt2_fma", "gpt2_nofma")}
+C_HEX = re.compile(r"^-?0x[01](\.[0-9a-f]*[1-9a-f])?p[-+]\d+$")  # C's %a: no trailing zeros
+
+
+def load(path):
+    return json.loads(Path(path).read_text())
+
+
+@pytest.mark.parametrize("path", [*SUMS.values(), FIXTURES / "tf_c_constants.json"], ids=lambda p: p.name)
+def test_fixture_labels_counts_and_hex(path):
+    record = load(path)
+    config = dict(record["config"])
+    input_size = config.pop("input_size")
+    assert [(c["label"], c["count"]) for c in record["checkpoints"]] == checkpoints(Config(**config), input_size)
+    assert all(C_HEX.match(c["sum"]) for c in record["checkpoints"])
+    assert record["command"].startswith("python tools/tf_oracle.py ") and record["fp_model"] in ("fma", "nofma")
+
+
+def test_fixture_configs():
+    for name, cfg, input_size in [("tiny", TINY, 8), ("gpt2", GPT2, 64)]:
+        for fp_model in ("fma", "nofma"):
+            record = load(SUMS[f"{name}_{fp_model}"])
+            assert record["config"] == {**cfg.__dict__, "input_size": input_size}
+            assert record["fp_model"] == fp_model
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2"])
+def test_profiles_differ_from_the_second_checkpoint(name):
+    fma, nofma = (load(SUMS[f"{name}_{p}"])["checkpoints"] for p in ("fma", "nofma"))
+    # The embedding is a plain add; everything after it holds a product that contraction fuses.
+    assert fma[0]["sum"] == nofma[0]["sum"]
+    differ = [a["sum"] != b["sum"] for a, b in zip(fma[1:], nofma[1:])]
+    # At most one later sum may coincide: the tiny loss, a float sum of 8 logs, does.
+    assert differ[0] and sum(differ) >= len(differ) - 1
+
+
+def test_seed_constants_fixture_is_the_seed(tf_c):
+    record = load(FIXTURES / "tf_c_constants.json")
+    assert [c["sum"] for c in record["checkpoints"]] == tf_oracle.seed_constants(tf_c)
+
+
+@pytest.mark.parametrize("fp_model", ["fma", "nofma"])
+def test_tiny_oracle_reproduces_fixtures(tf_c, tiny_assets, tiny_input_size, fp_model):
+    generate = 24 if fp_model == "fma" else None
+    record, generation = tf_oracle.run_oracle(tf_c, tiny_assets, fp_model, tiny_input_size, generate)
+    fixture = load(SUMS[f"tiny_{fp_model}"])
+    assert record["assets"] == fixture["assets"]
+    assert record["checkpoints"] == fixture["checkpoints"]
+    if generation is not None:
+        expected = load(FIXTURES / "tf_oracle_tiny_generate.json")
+        assert (generation["prompt"], generation["tokens"]) == (expected["prompt"], expected["tokens"])
+        assert len(expected["tokens"]) == 24 and len(expected["prompt"]) == TINY.d_seq - 24
+
+
+def test_missing_clang_is_one_clear_error(tf_c, tiny_assets, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolError, match="clang is not installed"):
+        tf_oracle.run_oracle(tf_c, tiny_assets, "fma", 8)
+
+
+def test_a_different_tf_c_is_refused(tf_c, tiny_assets, tmp_path):
+    edited = tmp_path / "tf.c"
+    edited.write_text(tf_c.read_text().replace("layer_i == 11", "layer_i == 10", 1))
+    with pytest.raises(ToolError, match="does not look like the seed"):
+        tf_oracle.run_oracle(edited, tiny_assets, "fma", 8)
+
+
+def test_cli_errors_are_one_line(tiny_assets, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    out.write_text("user file")
+    assert tf_oracle.main(["--tf-c", "x.c", "--assets", str(tiny_assets), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force" in err and out.read_text() == "user file"
+    assert tf_oracle.main(["--tf-c", str(tmp_path / "none.c"), "--assets", str(tiny_assets),
+                           "--out", str(tmp_path / "new.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tf-c" in err and not (tmp_path / "new.json").exists()
