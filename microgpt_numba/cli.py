@@ -1,0 +1,124 @@
+"""Command line: microgpt.cu's options and output lines, with one-line errors for bad input."""
+import sys
+
+import numpy as np
+
+from .arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
+    train_cache_storage_count
+from .constants import BLOCK_SIZE
+from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input, tokenize_doc
+from .glibc_rand import GlibcRand
+from .model import adam_update_model, backward_sequence, forward_sequence
+from .sample import generate_samples
+
+PROG = "microgpt_numba"
+USAGE = f"usage: python -m {PROG} [--steps N] [--samples N] [--temperature T] [--input PATH]"
+SEED = 42
+
+
+class Options:
+    def __init__(self):
+        self.num_steps = 1000
+        self.num_samples = 20
+        self.temperature = np.float32(0.5)
+        self.input_path = None  # None: the default names corpus
+
+
+def _int_option(flag, text, minimum):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        kind = "a positive integer" if minimum > 0 else "a non-negative integer"
+        raise InputError(f"{flag} must be {kind}, got {text!r}")
+    return value
+
+
+def _temperature(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not np.isfinite(np.float32(value)) or np.float32(value) <= 0:
+        raise InputError(f"--temperature must be a number > 0, got {text!r}")
+    return np.float32(value)
+
+
+def parse_options(argv):
+    opts = Options()
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag in ("-h", "--help"):
+            print(USAGE)
+            raise SystemExit(0)
+        if flag not in ("--steps", "--samples", "--temperature", "--input"):
+            raise InputError(f"unknown option {flag!r}; {USAGE}")
+        if i + 1 == len(argv):
+            raise InputError(f"{flag} needs a value; {USAGE}")
+        value = argv[i + 1]
+        if flag == "--steps":
+            opts.num_steps = _int_option(flag, value, 1)
+        elif flag == "--samples":
+            opts.num_samples = _int_option(flag, value, 0)
+        elif flag == "--temperature":
+            opts.temperature = _temperature(value)
+        else:
+            opts.input_path = value
+        i += 2
+    return opts
+
+
+def cuda_unavailable_reason():
+    """None when kernels can run (a GPU, or the simulator), else a one-line reason."""
+    from numba import cuda
+
+    try:
+        if cuda.is_available():
+            return None
+        return "no CUDA GPU or driver found"
+    except Exception as exc:  # a half-installed driver raises instead of answering
+        return f"CUDA is not usable ({exc})".replace("\n", " ")
+
+
+def train(opts, out):
+    gen = GlibcRand(SEED)
+    docs = default_docs() if opts.input_path is None else read_input(opts.input_path)
+    corpus = DEFAULT_CORPUS if opts.input_path is None else opts.input_path
+    dataset = load_dataset(docs, gen)
+    out.write(f"corpus: {corpus}\n".encode())
+    out.write(b"num docs: %d\nvocab size: %d\n" % (len(dataset.docs), dataset.vocab_size))
+
+    model = Model(FloatArena(param_storage_count(dataset.vocab_size)), dataset.vocab_size, gen)
+    out.write(b"num params: %d\n" % model.total_params())
+    cache = TrainCache(FloatArena(train_cache_storage_count(dataset.vocab_size)), dataset.vocab_size)
+    scratch = Scratch(FloatArena(scratch_storage_count(dataset.vocab_size)), dataset.vocab_size)
+    out.flush()
+
+    end = b"\r" if out.isatty() else b"\n"
+    for step in range(opts.num_steps):
+        tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
+        n = min(len(tokens) - 1, BLOCK_SIZE)
+        loss = forward_sequence(model, cache, dataset, tokens, n)
+        backward_sequence(model, cache, scratch, dataset, n)
+        adam_update_model(model, step, opts.num_steps)
+        out.write(b"step %4d / %4d | loss %.4f" % (step + 1, opts.num_steps, loss) + end)
+        out.flush()
+
+    generate_samples(model, cache, dataset, opts.num_samples, opts.temperature, gen, out)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_options(argv)
+        reason = cuda_unavailable_reason()
+        if reason is not None:
+            raise InputError(f"{reason}; run on a machine with an NVIDIA GPU and driver, "
+                             "or set NUMBA_ENABLE_CUDASIM=1 to use the (slow) CPU simulator")
+        train(opts, sys.stdout.buffer)
+    except InputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,36 @@
+"""Single-precision math for kernels, picked once at import so one kernel source serves both worlds.
+
+On the GPU: libdevice's expf and rsqrtf (what nvcc's expf/rsqrtf are) and IEEE sqrt.
+In the CUDA simulator libdevice functions are stubs returning None, so numpy float32 stands in.
+"""
+import math
+
+import numpy as np
+from numba import config, cuda
+
+if config.ENABLE_CUDASIM:
+    @cuda.jit(device=True)
+    def expf(x):
+        return np.exp(np.float32(x))
+
+    @cuda.jit(device=True)
+    def rsqrtf(x):
+        return np.float32(1.0) / np.sqrt(np.float32(x))
+
+    @cuda.jit(device=True)
+    def sqrtf(x):
+        return np.sqrt(np.float32(x))
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def expf(x):
+        return libdevice.expf(x)
+
+    @cuda.jit(device=True)
+    def rsqrtf(x):
+        return libdevice.rsqrtf(x)
+
+    @cuda.jit(device=True)
+    def sqrtf(x):
+        return math.sqrt(x)

@@ -1,0 +1,330 @@
+"""microgpt.cu's kernels, plus the three cuBLAS calls it makes (sgemv T, sgemv N, sger) written out.
+
+Each kernel's per-thread work is a device function, and the @cuda.jit kernel under the C's name
+only works out which element or head its thread owns, as the C kernel does. The fused engine
+(fast.py) calls the same device functions, so both engines do the same arithmetic in the same
+order. Sums run sequentially in the C's loop order; `a * b + c` contracts to an FMA as it does
+under nvcc, because both compile through NVVM with contraction on.
+"""
+import numpy as np
+from numba import cuda
+
+from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
+from .devmath import expf, rsqrtf, sqrtf
+
+ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
+NEG_HUGE = np.float32(-1e30)
+ATTN_SCALE = ONE / np.sqrt(np.float32(HEAD_DIM))  # 1.0f / sqrtf((float)HEAD_DIM), exactly 0.5
+SOFTMAX_THREADS = 256  # scaled_softmax_kernel's block and shared scratch size
+
+
+@cuda.jit(device=True)
+def vec_add(a, b, out, n, idx):
+    if idx < n:
+        out[idx] = a[idx] + b[idx]
+
+
+@cuda.jit(device=True)
+def vec_add_inplace(dst, src, n, idx):
+    if idx < n:
+        dst[idx] += src[idx]
+
+
+@cuda.jit(device=True)
+def relu_forward(x, y, n, idx):
+    if idx < n:
+        y[idx] = x[idx] if x[idx] > ZERO else ZERO
+
+
+@cuda.jit(device=True)
+def relu_backward(x, grad_y, grad_x, n, idx):
+    if idx < n:
+        grad_x[idx] = grad_y[idx] if x[idx] > ZERO else ZERO
+
+
+@cuda.jit(device=True)
+def rmsnorm_forward(x, y, n):
+    mean_square = ZERO
+    for i in range(n):
+        mean_square += x[i] * x[i]
+    mean_square /= np.float32(n)
+    scale = rsqrtf(mean_square + RMS_EPS)
+    for i in range(n):
+        y[i] = x[i] * scale
+
+
+@cuda.jit(device=True)
+def rmsnorm_backward(x, grad_y, grad_x, n):
+    mean_square = ZERO
+    dot = ZERO
+    for i in range(n):
+        mean_square += x[i] * x[i]
+        dot += grad_y[i] * x[i]
+    mean_square /= np.float32(n)
+    scale = rsqrtf(mean_square + RMS_EPS)
+    scale_cubed = scale * scale * scale
+    for i in range(n):
+        grad_x[i] = grad_y[i] * scale - x[i] * dot * scale_cubed / np.float32(n)
+
+
+@cuda.jit(device=True)
+def scaled_softmax(logits, probs, scale, n, scratch, tid, nthreads):
+    """Block-wide softmax of logits * scale: strided max and sum, then tree reductions in scratch."""
+    local_max = NEG_HUGE
+    for i in range(tid, n, nthreads):
+        v = logits[i] * scale
+        if v > local_max:
+            local_max = v
+    scratch[tid] = local_max
+    cuda.syncthreads()
+
+    stride = nthreads // 2
+    while stride > 0:
+        if tid < stride and scratch[tid + stride] > scratch[tid]:
+            scratch[tid] = scratch[tid + stride]
+        cuda.syncthreads()
+        stride >>= 1
+
+    max_val = scratch[0]
+    local_sum = ZERO
+    for i in range(tid, n, nthreads):
+        e = expf(logits[i] * scale - max_val)
+        probs[i] = e
+        local_sum += e
+    # Everyone has read scratch[0] before it is overwritten (the C relies on warp timing here).
+    cuda.syncthreads()
+    scratch[tid] = local_sum
+    cuda.syncthreads()
+
+    stride = nthreads // 2
+    while stride > 0:
+        if tid < stride:
+            scratch[tid] += scratch[tid + stride]
+        cuda.syncthreads()
+        stride >>= 1
+
+    inv_sum = ONE / scratch[0]
+    for i in range(tid, n, nthreads):
+        probs[i] *= inv_sum
+
+
+@cuda.jit(device=True)
+def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
+    if idx < n:
+        grad = probs[idx] * loss_scale
+        if idx == target_id:
+            grad -= loss_scale
+        grad_logits[idx] = grad
+
+
+@cuda.jit(device=True)
+def adam_update(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n, idx):
+    if idx < n:
+        g = grad[idx]
+        m_new = BETA1 * m[idx] + (ONE - BETA1) * g
+        v_new = BETA2 * v[idx] + (ONE - BETA2) * g * g
+        m[idx] = m_new
+        v[idx] = v_new
+        m_hat = m_new / beta1_corr
+        v_hat = v_new / beta2_corr
+        data[idx] -= lr_t * m_hat / (sqrtf(v_hat) + ADAM_EPS)
+        grad[idx] = ZERO
+
+
+@cuda.jit(device=True)
+def row_add(row_grad, grad, n, idx):
+    if idx < n:
+        row_grad[idx] += grad[idx]
+
+
+@cuda.jit(device=True)
+def attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_id, h):
+    """Head h of causal attention for the query at pos_id over the cached keys/values 0..pos_id."""
+    hs = h * HEAD_DIM
+    logits_local = cuda.local.array(BLOCK_SIZE, np.float32)
+    weights_local = cuda.local.array(BLOCK_SIZE, np.float32)
+    max_val = NEG_HUGE
+    total = ZERO
+
+    for t in range(pos_id + 1):
+        dot = ZERO
+        k_t = t * N_EMBD + hs
+        for j in range(HEAD_DIM):
+            dot += q[hs + j] * keys[k_t + j]
+        logits_local[t] = dot * ATTN_SCALE
+        if logits_local[t] > max_val:
+            max_val = logits_local[t]
+
+    for t in range(pos_id + 1):
+        w = expf(logits_local[t] - max_val)
+        weights_local[t] = w
+        total += w
+
+    inv_sum = ONE / total
+    for t in range(pos_id + 1):
+        w = weights_local[t] * inv_sum
+        attn_logits[h * BLOCK_SIZE + t] = logits_local[t]
+        attn_weights[h * BLOCK_SIZE + t] = w
+        weights_local[t] = w
+
+    for j in range(HEAD_DIM):
+        out = ZERO
+        for t in range(pos_id + 1):
+            out += weights_local[t] * values[t * N_EMBD + hs + j]
+        attn_out[hs + j] = out
+
+
+@cuda.jit(device=True)
+def attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id, h):
+    """Head h's gradients: grad_q is written, grad_keys/grad_values rows 0..pos_id accumulate."""
+    hs = h * HEAD_DIM
+    grad_w = cuda.local.array(BLOCK_SIZE, np.float32)
+    grad_q_local = cuda.local.array(HEAD_DIM, np.float32)
+    weighted_sum = ZERO
+
+    for j in range(HEAD_DIM):
+        grad_q_local[j] = ZERO
+
+    for t in range(pos_id + 1):
+        row = t * N_EMBD + hs
+        dot = ZERO
+        weight = attn_weights[h * BLOCK_SIZE + t]
+        for j in range(HEAD_DIM):
+            go = grad_attn_out[hs + j]
+            dot += go * values[row + j]
+            grad_values[row + j] += go * weight
+        grad_w[t] = dot
+        weighted_sum += dot * weight
+
+    for t in range(pos_id + 1):
+        row = t * N_EMBD + hs
+        weight = attn_weights[h * BLOCK_SIZE + t]
+        grad_logit = weight * (grad_w[t] - weighted_sum)
+        for j in range(HEAD_DIM):
+            grad_q_local[j] += grad_logit * keys[row + j] * ATTN_SCALE
+            grad_keys[row + j] += grad_logit * q[hs + j] * ATTN_SCALE
+
+    for j in range(HEAD_DIM):
+        grad_q[hs + j] = grad_q_local[j]
+
+
+@cuda.jit(device=True)
+def sgemv_t(w, x, y, rows, cols, r):
+    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c], c ascending."""
+    if r < rows:
+        acc = ZERO
+        for c in range(cols):
+            acc += w[r * cols + c] * x[c]
+        y[r] = acc
+
+
+@cuda.jit(device=True)
+def sger(x, grad_out, grad_w, rows, cols, idx):
+    """launch_linear_backward's cublasSger: grad_w[r, c] += x[c] * grad_out[r], one element per thread."""
+    if idx < rows * cols:
+        r = idx // cols
+        c = idx - r * cols
+        grad_w[idx] += x[c] * grad_out[r]
+
+
+@cuda.jit(device=True)
+def sgemv_n(w, grad_out, grad_x, rows, cols, c):
+    """launch_linear_backward's cublasSgemv(OP_N, beta 1): grad_x[c] += sum_r w[r, c] * grad_out[r]."""
+    if c < cols:
+        acc = ZERO
+        for r in range(rows):
+            acc += w[r * cols + c] * grad_out[r]
+        grad_x[c] += acc
+
+
+@cuda.jit(device=True)
+def grid_index():
+    return cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+
+
+@cuda.jit(device=True)
+def first_thread():
+    return cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0
+
+
+@cuda.jit(cache=True)
+def vec_add_kernel(a, b, out, n):
+    vec_add(a, b, out, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def vec_add_inplace_kernel(dst, src, n):
+    vec_add_inplace(dst, src, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def relu_forward_kernel(x, y, n):
+    relu_forward(x, y, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def relu_backward_kernel(x, grad_y, grad_x, n):
+    relu_backward(x, grad_y, grad_x, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def rmsnorm_forward_kernel(x, y, n):
+    if first_thread():
+        rmsnorm_forward(x, y, n)
+
+
+@cuda.jit(cache=True)
+def rmsnorm_backward_kernel(x, grad_y, grad_x, n):
+    if first_thread():
+        rmsnorm_backward(x, grad_y, grad_x, n)
+
+
+@cuda.jit(cache=True)
+def scaled_softmax_kernel(logits, probs, scale, n):
+    scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    scaled_softmax(logits, probs, scale, n, scratch, cuda.threadIdx.x, cuda.blockDim.x)
+
+
+@cuda.jit(cache=True)
+def cross_entropy_backward_kernel(probs, grad_logits, target_id, loss_scale, n):
+    cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def adam_update_kernel(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n):
+    adam_update(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def row_add_kernel(row_grad, grad, n):
+    row_add(row_grad, grad, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def attention_forward_kernel(q, keys, values, attn_logits, attn_weights, attn_out, pos_id):
+    h = cuda.threadIdx.x
+    if h < N_HEAD:
+        attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_id, h)
+
+
+@cuda.jit(cache=True)
+def attention_backward_kernel(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id):
+    h = cuda.threadIdx.x
+    if h < N_HEAD:
+        attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id, h)
+
+
+@cuda.jit(cache=True)
+def sgemv_t_kernel(w, x, y, rows, cols):
+    sgemv_t(w, x, y, rows, cols, grid_index())
+
+
+@cuda.jit(cache=True)
+def sger_kernel(x, grad_out, grad_w, rows, cols):
+    sger(x, grad_out, grad_w, rows, cols, grid_index())
+
+
+@cuda.jit(cache=True)
+def sgemv_n_kernel(w, grad_out, grad_x, rows, cols):
+    sgemv_n(w, grad_out, grad_x, rows, cols, grid_index())
