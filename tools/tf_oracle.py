@@ -14,7 +14,6 @@ tokens: the prompt is the first min(tokens in data, 64, d_seq - N) tokens, then 
 """
 import argparse
 import json
-import os
 import platform
 import re
 import shlex
@@ -27,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tf_assets import ToolError, config_from_file, decode_data, read_header, sha256, write_files  # noqa: E402
-from tf_numba.checkpoints import INPUT_SIZE, Config, checkpoints  # noqa: E402
+from tf_numba.checkpoints import GPT2, INPUT_SIZE, Config, checkpoints  # noqa: E402
 
 PROFILES = {"fma": ["-ffp-contract=on"] + (["-mfma"] if platform.machine() in ("x86_64", "AMD64") else []),
             "nofma": ["-ffp-contract=off"]}
@@ -182,6 +181,20 @@ def seed_constants(tf_c) -> list:
     return SEED_CONSTANT.findall(Path(tf_c).read_text())
 
 
+def seed_constants_record(tf_c, command):
+    values = seed_constants(tf_c)
+    expected = checkpoints(GPT2, INPUT_SIZE)
+    if len(values) != len(expected):
+        raise ToolError(f"found {len(values)} tf_validation_sum constants in {tf_c}, expected {len(expected)}; "
+                        "pass the seed tf.c")
+    return {"config": {**GPT2.__dict__, "input_size": INPUT_SIZE}, "fp_model": "fma",
+            "compiler": "unknown (tf.c's author; most likely Apple clang on arm64, see REFERENCE.md)",
+            "command": command, "source": "shared/seeds/tf.c, the tf_validation_sum constants in order",
+            "assets": "real GPT-2 124M weights (not available here)",
+            "checkpoints": [{"label": label, "count": count, "sum": value}
+                            for (label, count), value in zip(expected, values)]}
+
+
 def write_json(path, record, force):
     path = Path(path)
     text = json.dumps(record, indent=1) + "\n"
@@ -228,22 +241,6 @@ def main(argv=None):
         print(f"tf_oracle.py: error: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def seed_constants_record(tf_c, command):
-    from tf_numba.checkpoints import GPT2
-
-    values = seed_constants(tf_c)
-    expected = checkpoints(GPT2, INPUT_SIZE)
-    if len(values) != len(expected):
-        raise ToolError(f"found {len(values)} tf_validation_sum constants in {tf_c}, expected {len(expected)}; "
-                        "pass the seed tf.c")
-    return {"config": {**GPT2.__dict__, "input_size": INPUT_SIZE}, "fp_model": "fma",
-            "compiler": "unknown (tf.c's author; most likely Apple clang on arm64, see REFERENCE.md)",
-            "command": command, "source": "shared/seeds/tf.c, the tf_validation_sum constants in order",
-            "assets": "real GPT-2 124M weights (not available here)",
-            "checkpoints": [{"label": label, "count": count, "sum": value}
-                            for (label, count), value in zip(expected, values)]}
 
 
 if __name__ == "__main__":
