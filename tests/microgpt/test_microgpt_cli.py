@@ -1,0 +1,81 @@
+"""The command line: output lines, and one-line errors for bad input."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from microgpt_numba.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(args, **env):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-m", "microgpt_numba", *args], capture_output=True, env=env,
+                          cwd=ROOT, timeout=300)
+
+
+@pytest.fixture
+def names_file(tmp_path):
+    path = tmp_path / "tiny.txt"
+    path.write_bytes(b"ab\r\nba\n\nabc\n")
+    return path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--input", "/nonexistent/input.txt"], "does not exist"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--steps", "-3"], "--steps must be a positive integer"),
+    (["--steps", "abc"], "--steps must be a positive integer"),
+    (["--temperature", "0"], "--temperature must be a number > 0"),
+    (["--samples", "-1"], "--samples must be a non-negative integer"),
+    (["--bogus"], "unknown option '--bogus'"),
+    (["--steps"], "--steps needs a value"),
+])
+def test_bad_input_is_one_line_and_exit_1(args, message, capsys):
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_file_without_documents(tmp_path, capsys):
+    blank = tmp_path / "blank.txt"
+    blank.write_bytes(b"\n\r\n")
+    assert main(["--input", str(blank)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no non-empty line" in err
+
+
+def test_unknown_flag_exit_status_from_python_m():
+    result = run_cli(["--bogus"])
+    assert result.returncode == 1 and result.stdout == b""
+    assert result.stderr.decode().splitlines() == [
+        "microgpt_numba: unknown option '--bogus'; usage: python -m microgpt_numba [--steps N] [--samples N] "
+        "[--temperature T] [--input PATH]"]
+
+
+def test_no_cuda_gpu_or_driver():
+    """Without the simulator and with no visible device, the CLI refuses before doing any work."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--steps", "1"], capture_output=True,
+                            env={**env, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}, cwd=ROOT, timeout=120)
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1 and result.stdout == b""
+    assert len(lines) == 1 and "no CUDA GPU or driver found" in lines[0] and "NUMBA_ENABLE_CUDASIM=1" in lines[0]
+
+
+def test_output_lines_when_piped(names_file):
+    result = run_cli(["--input", str(names_file), "--steps", "2", "--samples", "1", "--temperature", "0.9"],
+                     NUMBA_ENABLE_CUDASIM="1")
+    num_params = 2 * 4 * 16 + 16 * 16 + 4 * 16 * 16 + 2 * 64 * 16  # wte, lm_head (vocab 4), wpe, attention, mlp
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split(b"\n")
+    assert lines[:4] == [f"corpus: {names_file}".encode(), b"num docs: 3", b"vocab size: 4", b"num params: %d" % num_params]
+    assert re.fullmatch(rb"step    1 /    2 \| loss \d\.\d{4}", lines[4])
+    assert re.fullmatch(rb"step    2 /    2 \| loss \d\.\d{4}", lines[5])
+    assert lines[6:8] == [b"", b"--- inference (new, hallucinated names) ---"]
+    assert re.fullmatch(rb"sample  1: [abc]*", lines[8]) and lines[9:] == [b""]

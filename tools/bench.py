@@ -1,0 +1,140 @@
+"""Benchmarks on a GPU machine, one named entry per program: python tools/bench.py ENTRY [options].
+
+Each entry times our port beside the C program it ports, in the same call, and writes
+bench_ENTRY.json and bench_ENTRY.md (plus the raw logs) into --out (default: a new temporary
+folder, printed at the end). The command line that produced the numbers is recorded in both files.
+
+microgpt: builds microgpt.cu with nvcc (-O3 -arch=sm_90 -lcublas), runs it and `python -m
+microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample.
+Training time is wall(N steps) - wall(1 step, 0 samples) for both programs, so start-up, data
+loading and (for us) kernel loading cancel out; a run with a warm kernel cache precedes ours.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from microgpt_numba.logcompare import compare_runs  # noqa: E402
+
+
+class BenchError(Exception):
+    pass
+
+
+def shared_dir(args):
+    path = Path(args.shared or os.environ.get("MICROGPT_SHARED") or ROOT.parent / "shared")
+    if not path.is_dir():
+        raise BenchError(f"{path} is not a folder; pass --shared DIR holding seeds/ and data/")
+    return path
+
+
+def timed(cmd, out_dir, name, **kw):
+    start = time.perf_counter()
+    result = subprocess.run(cmd, capture_output=True, **kw)
+    wall = time.perf_counter() - start
+    (out_dir / f"{name}.log").write_bytes(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise BenchError(f"{shlex.join(map(str, cmd))} exited {result.returncode}; see {out_dir / name}.log")
+    return wall, result.stdout
+
+
+def bench_microgpt(args, out_dir):
+    shared = shared_dir(args)
+    seed, names = shared / "seeds" / "microgpt.cu", shared / "data" / "names.txt"
+    for path in (seed, names):
+        if not path.is_file():
+            raise BenchError(f"{path} is missing; pass --shared DIR holding seeds/microgpt.cu and data/names.txt")
+    exe = out_dir / "microgpt_cu"
+    nvcc = ["nvcc", "-O3", "-arch=sm_90", "-o", str(exe), str(seed), "-lcublas"]
+    try:
+        build_s, _ = timed(nvcc, out_dir, "nvcc")
+    except FileNotFoundError:
+        raise BenchError("nvcc is not on PATH; run on a machine with the CUDA toolkit")
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    programs = {"microgpt.cu": [str(exe)]}
+    for engine in args.engines:
+        programs[f"numba-{engine}"] = [sys.executable, "-m", "microgpt_numba"] + (["--engine", engine] if engine != "default" else [])
+
+    result = {"nvcc": shlex.join(nvcc), "nvcc_s": round(build_s, 2), "runs": {}}
+    for prog, cmd in programs.items():
+        tag = prog.replace(".", "_")
+        if prog != "microgpt.cu":
+            result["runs"][prog] = {"cold_start_s": round(timed(cmd + ["--input", str(names), "--steps", "1", "--samples", "0"], out_dir, f"{tag}_cold", env=env)[0], 3)}
+        base, _ = timed(cmd + ["--input", str(names), "--steps", "1", "--samples", "0"], out_dir, f"{tag}_base", env=env)
+        entry = result["runs"].setdefault(prog, {})
+        entry["start_s"] = round(base, 3)
+        for steps in args.steps:
+            wall, stdout = timed(cmd + ["--input", str(names), "--steps", str(steps)], out_dir, f"{tag}_{steps}", env=env)
+            train = wall - base
+            entry[str(steps)] = {"wall_s": round(wall, 3), "train_s": round(train, 3),
+                                 "ms_per_step": round(1e3 * train / steps, 4)}
+            if steps == 1000 and (shared / "anchors" / "microgpt_cu_names_1000.log").is_file():
+                anchor = (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes()
+                entry[str(steps)]["vs_anchor"] = compare_runs(stdout, anchor)
+            if prog != "microgpt.cu":
+                c_stdout = (out_dir / f"microgpt_cu_{steps}.log").read_bytes()
+                entry[str(steps)]["vs_microgpt_cu"] = compare_runs(stdout, c_stdout)
+                c = result["runs"]["microgpt.cu"][str(steps)]
+                entry[str(steps)]["train_ratio_vs_c"] = round(train / c["train_s"], 4) if c["train_s"] > 0 else None
+                entry[str(steps)]["wall_ratio_vs_c"] = round(wall / c["wall_s"], 4)
+    return result
+
+
+def microgpt_markdown(result):
+    lines = [f"nvcc: `{result['nvcc']}` ({result['nvcc_s']} s)", "",
+             "| program | steps | wall s | train s | ms/step | train ratio vs C | wall ratio vs C | losses equal (4 dp) | max loss diff | samples identical |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for prog, runs in result["runs"].items():
+        for steps, r in runs.items():
+            if not steps.isdigit():
+                continue
+            cmp = r.get("vs_microgpt_cu") or r.get("vs_anchor") or {}
+            lines.append(f"| {prog} | {steps} | {r['wall_s']} | {r['train_s']} | {r['ms_per_step']} | "
+                         f"{r.get('train_ratio_vs_c', '')} | {r.get('wall_ratio_vs_c', '')} | "
+                         f"{cmp.get('losses_equal', '')}/{cmp.get('steps', '')} | {cmp.get('max_loss_diff', '')} | "
+                         f"{cmp.get('samples_identical', '')} |")
+    return "\n".join(lines)
+
+
+ENTRIES = {"microgpt": (bench_microgpt, microgpt_markdown)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("entry", choices=sorted(ENTRIES))
+    parser.add_argument("--out", help="folder for the results (created; must not hold earlier results)")
+    parser.add_argument("--shared", help="folder with seeds/, data/, anchors/ (default $MICROGPT_SHARED or ../shared)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[1000], help="microgpt: training lengths")
+    parser.add_argument("--engines", nargs="+", default=["default"],
+                        help="microgpt: engines to time ('default' passes no --engine)")
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        json_path, md_path = out_dir / f"bench_{args.entry}.json", out_dir / f"bench_{args.entry}.md"
+        if json_path.exists() or md_path.exists():
+            raise BenchError(f"{out_dir} already holds bench_{args.entry} results; pass a new --out folder")
+        run, markdown = ENTRIES[args.entry]
+        result = run(args, out_dir)
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    result["command"] = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
+    json_path.write_text(json.dumps(result, indent=1) + "\n")
+    md_path.write_text(f"# bench {args.entry}\n\n`{result['command']}`\n\n{markdown(result)}\n")
+    print(md_path.read_text())
+    print(f"results in {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
