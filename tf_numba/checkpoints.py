@@ -77,3 +77,28 @@ def checkpoints(cfg: Config, input_size: int = INPUT_SIZE):
         ("backward.wte", V * D),
         ("backward.wpe", T * D),
     ]
+
+
+# tf.c's own expected sums (the `tf_validation_sum` constants of shared/seeds/tf.c, in order),
+# valid for the real GPT-2 124M weights under tf.c's build (fma) at INPUT_SIZE inputs.
+TF_C_SUMS = [float.fromhex(h) for h in """
+    -0x1.e86f2c2adep+4 -0x1.4e34ee18da56ap+8 -0x1.9f967d2b7f151p+11 0x1.c64a4db1bfcdep+8
+    0x1.850b3ffab297bp+8 0x1.188ffb5000f3dp+8 -0x1.012ce31d82fb8p+9 0x1.0437f5b8f47d8p+14
+    0x1.0008be62ee50cp+6 0x1.08868ep+8 0x1.7f5c4d133539p-6 -0x1.4adb0746d50fap-5
+    -0x1.1264bf0ff8p-1 -0x1.4adaf7184p-5 -0x1.690e462bp-27 -0x1.3d7e7fe8p-23
+    -0x1.6264p-27 -0x1.627d327e64f6cp-1 0x1.2e4527c197bcbp-5 -0x1.200760d8e8494p+1
+    0x1.2e452d5568p-5 0x1.e762c70de442dp+0 -0x1.f2a6e6d9a1p-1 0x1.e762c5ac36p+0
+    -0x1.3869712ap-27 -0x1.50b057dap-26 -0x1.f4f260d4p-24 -0x1.564ep-26
+    -0x1.0780431d99d0fp-3 -0x1.1fc8ca5c4b7b6p-3 -0x1.689f62d6a3abdp+0 -0x1.1fc8c86b866a4p-3
+    0x1.96e7bad126e79p-1 -0x1.760ab5b77p-2 0x1.96e7bdf08ap-1 0x1.6d00ac5p-27
+    -0x1.49a7d8p-27 0x1.7f75a7f7bb39p-6 0x1.e96f7cp-20
+""".split()]
+
+
+def c_hex(x: float) -> str:
+    """x as C's printf("%a") writes it (Python's float.hex pads the mantissa with zeros)."""
+    h = float(x).hex()
+    mantissa, exponent = h.split("p")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}p{exponent}"

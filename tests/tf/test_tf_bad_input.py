@@ -1,0 +1,147 @@
+"""Bad input: one line on stderr that names the problem, a non-zero exit, no traceback."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tf_numba.cli import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def bad(tiny_assets, tmp_path):
+    """A copy of the tiny assets to spoil."""
+    out = tmp_path / "assets"
+    shutil.copytree(tiny_assets, out)
+    return out
+
+
+def one_line_error(capsys, argv, *words):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert err.count("\n") == 1 and err.startswith("tf_numba: error:"), err
+    assert "Traceback" not in err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def rewrite_model(path, drop=None, change=None):
+    from safetensors.numpy import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(path))
+    if drop:
+        del tensors[drop]
+    if change:
+        name, value = change
+        tensors[name] = value
+    save_file(tensors, str(path), metadata=metadata)
+
+
+def test_missing_model_says_how_to_get_it(capsys, tmp_path):
+    one_line_error(capsys, ["--assets", str(tmp_path)], "not found", "tf_assets.py download", "synth")
+
+
+def test_truncated_model(capsys, bad):
+    p = bad / "model.safetensors"
+    p.write_bytes(p.read_bytes()[:-100])
+    one_line_error(capsys, ["--assets", str(bad)], "truncated")
+
+
+def test_model_shorter_than_its_header(capsys, bad):
+    p = bad / "model.safetensors"
+    p.write_bytes(p.read_bytes()[:20])
+    one_line_error(capsys, ["--assets", str(bad)], "truncated")
+
+
+def test_header_not_json(capsys, bad):
+    p = bad / "model.safetensors"
+    raw = bytearray(p.read_bytes())
+    raw[8] = ord("#")
+    p.write_bytes(bytes(raw))
+    one_line_error(capsys, ["--assets", str(bad)], "not JSON")
+
+
+def test_missing_tensor(capsys, bad):
+    rewrite_model(bad / "model.safetensors", drop="h.1.mlp.c_proj.weight")
+    one_line_error(capsys, ["--assets", str(bad)], "h.1.mlp.c_proj.weight")
+
+
+def test_wrong_shape(capsys, bad):
+    rewrite_model(bad / "model.safetensors", change=("h.0.attn.c_attn.weight", np.zeros((64, 64), np.float32)))
+    one_line_error(capsys, ["--assets", str(bad)], "h.0.attn.c_attn.weight", "shape")
+
+
+def test_wrong_dtype(capsys, bad):
+    rewrite_model(bad / "model.safetensors", change=("ln_f.bias", np.zeros(64, np.float16)))
+    one_line_error(capsys, ["--assets", str(bad)], "ln_f.bias", "F16", "F32")
+
+
+def test_enc_wrong_size(capsys, bad):
+    p = bad / "enc"
+    p.write_bytes(p.read_bytes()[:-1])
+    one_line_error(capsys, ["--assets", str(bad)], "enc", "wrong size")
+
+
+def test_enc_empty_token(capsys, bad):
+    p = bad / "enc"
+    raw = bytearray(p.read_bytes())
+    raw[4:8] = (0).to_bytes(4, "little")  # token 0's size
+    p.write_bytes(bytes(raw))
+    one_line_error(capsys, ["--assets", str(bad)], "token 0 is empty")
+
+
+def test_data_odd_length(capsys, bad):
+    p = bad / "data"
+    p.write_bytes(p.read_bytes() + b"\0")
+    one_line_error(capsys, ["--assets", str(bad)], "odd length")
+
+
+def test_data_too_big(capsys, bad):
+    (bad / "data").write_bytes(bytes(1_000_002))
+    one_line_error(capsys, ["--assets", str(bad)], "1000000")
+
+
+def test_token_id_not_below_vocab(capsys, bad):
+    tokens = np.fromfile(bad / "data", dtype="<u2")
+    tokens[3] = 96
+    tokens.tofile(bad / "data")
+    one_line_error(capsys, ["--assets", str(bad)], "token 3", "96")
+
+
+def test_too_few_tokens_to_validate(capsys, bad):
+    np.arange(5, dtype="<u2").tofile(bad / "data")
+    one_line_error(capsys, ["--assets", str(bad), "--validate", "--expected",
+                            str(FIXTURES / "tf_oracle_tiny_fma.json")], "needs 9 tokens")
+
+
+def test_tf_c_constants_need_gpt2(capsys, tiny_assets):
+    one_line_error(capsys, ["--assets", str(tiny_assets), "--validate"], "--expected")
+
+
+def test_unknown_flag(capsys):
+    one_line_error(capsys, ["--no-such-flag"], "--no-such-flag")
+
+
+def test_no_gpu(tiny_assets):
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        pytest.skip("this machine may have a GPU; the check is for machines without one")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(ROOT)
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU even where there is one
+    r = subprocess.run([sys.executable, "-m", "tf_numba", "--assets", str(tiny_assets)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr.count("\n") == 1 and "no CUDA GPU" in r.stderr, r.stderr

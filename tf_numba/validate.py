@@ -1,0 +1,73 @@
+"""`--validate`: tf.c's training step on the first input_size + 1 tokens, every checkpoint
+compared with an expected sum (tf.c's constants, or an oracle fixture)."""
+import json
+
+import numpy as np
+
+from . import kernels as K
+from .assets import AssetError
+from .backward import backward
+from .checkpoints import GPT2, INPUT_SIZE, TF_C_SUMS, Config, c_hex, checkpoints
+from .forward import forward
+from .kernels import launch
+from .probe import Probe
+
+POISON = np.float32(np.nan)  # tf.c fills activations with random bytes; NaN shows any use of them
+
+
+def tf_c_expected(cfg: Config):
+    """tf.c's own constants: (input size, fp model, [(label, count, sum)])."""
+    if cfg != GPT2:
+        raise AssetError(
+            f"tf.c's constants are for the real GPT-2 124M weights, not {cfg}: pass --expected "
+            f"with an oracle fixture made from these weights (tools/tf_oracle.py)"
+        )
+    return INPUT_SIZE, "fma", [(l, n, s) for (l, n), s in zip(checkpoints(cfg, INPUT_SIZE), TF_C_SUMS)]
+
+
+def fixture_expected(path, cfg: Config):
+    """An oracle fixture's (input size, fp model, [(label, count, sum)]), checked against cfg."""
+    try:
+        with open(path) as f:
+            fixture = json.load(f)
+        fc = fixture["config"]
+        fixture_cfg = Config(*(fc[k] for k in ("d_vocab", "d_seq", "d_model", "n_heads", "n_layers")))
+        T = int(fc["input_size"])
+        sums = [(c["label"], int(c["count"]), float.fromhex(c["sum"])) for c in fixture["checkpoints"]]
+        fp_model = fixture["fp_model"]
+    except OSError as exc:
+        raise AssetError(f"cannot read --expected {path}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError):
+        raise AssetError(f"--expected {path} is not an oracle fixture (tools/tf_oracle.py writes them)") from None
+    if fixture_cfg != cfg:
+        raise AssetError(f"--expected {path} was made for {fixture_cfg}, but the weights are {cfg}: pick its fixture")
+    if [(l, n) for l, n, _ in sums] != checkpoints(cfg, T):
+        raise AssetError(f"--expected {path}: its checkpoints are not tf.c's 39 for this configuration")
+    return T, fp_model, sums
+
+
+def run_step(m, tokens, T):
+    """The training step; returns the Probe with every sum and the per-stage times."""
+    if T > m.cfg.d_seq:
+        raise AssetError(f"input size {T} is more than the model's d_seq {m.cfg.d_seq}")
+    if len(tokens) < T + 1:
+        raise AssetError(f"--validate needs {T + 1} tokens of data, assets/data has {len(tokens)}: use a longer text")
+    m.set_tokens(tokens[: T + 1])
+    launch(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
+    launch(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
+    launch(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)
+    probe = Probe()
+    forward(m, T, True, probe)
+    backward(m, T, probe)
+    return probe
+
+
+def report(probe, expected, out):
+    """Print every checkpoint (label, expected, got, PASS/FAIL); return the number failed."""
+    failed = 0
+    for (label, count, got), (e_label, e_count, want) in zip(probe.sums, expected):
+        assert (label, count) == (e_label, e_count), (label, e_label)
+        ok = got == want
+        failed += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {label} ({count}): expected {c_hex(want)} got {c_hex(got)}", file=out)
+    return failed
