@@ -13,6 +13,7 @@ import pytest
 from microgpt_numba.logcompare import compare_runs
 
 ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 @pytest.mark.gpu
@@ -20,7 +21,7 @@ def test_names_run_matches_microgpt_cu(shared):
     anchor = (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes()
     result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--input", str(shared / "data" / "names.txt")],
                             capture_output=True, cwd=ROOT, timeout=600,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert result.returncode == 0, result.stderr.decode()
     summary = compare_runs(result.stdout, anchor)
     print(summary)

@@ -10,10 +10,12 @@ import pytest
 from microgpt_numba.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+# Our package first, then whatever the caller's PYTHONPATH holds (e.g. a pinned numpy).
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def run_cli(args, **env):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, **env}
     return subprocess.run([sys.executable, "-m", "microgpt_numba", *args], capture_output=True, env=env,
                           cwd=ROOT, timeout=300)
 
@@ -62,15 +64,14 @@ def test_no_cuda_gpu_or_driver():
     """Without the simulator and with no visible device, the CLI refuses before doing any work."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--steps", "1"], capture_output=True,
-                            env={**env, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}, cwd=ROOT, timeout=120)
+                            env={**env, "PYTHONPATH": PYTHONPATH, "CUDA_VISIBLE_DEVICES": ""}, cwd=ROOT, timeout=120)
     lines = result.stderr.decode().splitlines()
     assert result.returncode == 1 and result.stdout == b""
     assert len(lines) == 1 and "no CUDA GPU or driver found" in lines[0] and "NUMBA_ENABLE_CUDASIM=1" in lines[0]
 
 
 def test_output_lines_when_piped(names_file):
-    result = run_cli(["--input", str(names_file), "--steps", "2", "--samples", "1", "--temperature", "0.9"],
-                     NUMBA_ENABLE_CUDASIM="1")
+    result = run_cli(["--input", str(names_file), "--steps", "2", "--samples", "1", "--temperature", "0.9"])
     num_params = 2 * 4 * 16 + 16 * 16 + 4 * 16 * 16 + 2 * 64 * 16  # wte, lm_head (vocab 4), wpe, attention, mlp
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split(b"\n")
