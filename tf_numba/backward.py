@@ -108,9 +108,8 @@ def backward(m, T, probe=NO_PROBE):
         below = b.embedding.out if layer_i == 0 else b.res_2.out
         launch(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, T)
         probe.time("res_1")
-        if top:
-            label = "embedding" if L == 1 else f"h{L - 2}.res_2.out"
-            probe.sum(f"backward.{label}", below, T * D)
+        if top:  # tf.c sums res_2.out here, also when (one layer) the add wrote the embedding's
+            probe.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)
 
     launch(K.tf_embedding_back, D, b.embedding.out, m.tokens, g.wte.weight, g.wpe.weight, T)
     probe.time("embedding")

@@ -33,9 +33,10 @@ def checkpoints(cfg: Config, input_size: int = INPUT_SIZE):
     """[(label, element count)] for every tf_validation_sum call, in tf.c's order."""
     T, D, V = input_size, cfg.d_model, cfg.d_vocab
     last = f"h{cfg.n_layers - 1}"
-    # The add that ends the last layer's backward writes dL/d(its input): the previous
-    # layer's res_2.out, or the embedding when there is one layer.
-    below = "embedding" if cfg.n_layers == 1 else f"h{cfg.n_layers - 2}.res_2.out"
+    # tf.c sums activations_back.res_2.out after the last layer's closing add: dL/d(the
+    # previous layer's res_2.out). With one layer that add writes the embedding's gradient
+    # instead, and the sum repeats ln_f's input gradient (dL/d h0.res_2.out).
+    below = f"h{max(cfg.n_layers - 2, 0)}.res_2.out"
     return [
         ("forward.embedding", T * D),
         ("forward.h0.ln_1", T * D),

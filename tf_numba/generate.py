@@ -18,7 +18,7 @@ def generate(m, prompt, n_tokens, emit=None):
     out = []
     for _ in range(n_tokens):
         forward(m, T, False)
-        K.tf_argmax[1, 1](m.activations.unembedding.out, T - 1, m.tokens, T)
+        K.tf_argmax[1, K.ARGMAX_THREADS](m.activations.unembedding.out, T - 1, m.tokens, T)
         token = int(m.tokens[T : T + 1].copy_to_host()[0])
         out.append(token)
         if emit is not None:

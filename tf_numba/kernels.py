@@ -89,28 +89,30 @@ def tf_fc(weight, bias, inp, out, T, fused):
 
 @cuda.jit
 def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
-    """tf_fc_back's three results in one launch: elements [0, U) are bias gradients, the next
-    K*U weight gradients (sums over samples i ascending, into what is there), the last T*K
-    input gradients (dot products over outputs u ascending, from 0)."""
+    """tf_fc_back's three results in one launch: elements [0, T*K) are input gradients (dot
+    products over outputs u ascending, from 0; the longest loops, so they start first), the
+    next U bias gradients and the last K*U weight gradients (sums over samples i ascending,
+    into what is there)."""
     K, U = weight.shape[0], weight.shape[1]
-    for idx in range(cuda.grid(1), U + K * U + T * K, cuda.gridsize(1)):
-        if idx < U:
-            acc = dL_dbias[idx]
-            for i in range(T):
-                acc += dL_dout[i, idx]
-            dL_dbias[idx] = acc
-        elif idx < U + K * U:
-            k, u = (idx - U) // U, (idx - U) % U
-            acc = dL_dweight[k, u]
-            for i in range(T):
-                acc = mad(fused, dL_dout[i, u], inp[i, k], acc)
-            dL_dweight[k, u] = acc
-        else:
-            i, k = (idx - U - K * U) // K, (idx - U - K * U) % K
+    for idx in range(cuda.grid(1), T * K + U + K * U, cuda.gridsize(1)):
+        if idx < T * K:
+            i, k = idx // K, idx % K
             dot = ZERO
             for u in range(U):
                 dot = mad(fused, dL_dout[i, u], weight[k, u], dot)
             dL_din[i, k] = dot
+        elif idx < T * K + U:
+            u = idx - T * K
+            acc = dL_dbias[u]
+            for i in range(T):
+                acc += dL_dout[i, u]
+            dL_dbias[u] = acc
+        else:
+            k, u = (idx - T * K - U) // U, (idx - T * K - U) % U
+            acc = dL_dweight[k, u]
+            for i in range(T):
+                acc = mad(fused, dL_dout[i, u], inp[i, k], acc)
+            dL_dweight[k, u] = acc
 
 
 @cuda.jit
@@ -258,15 +260,40 @@ def tf_unembedding_softmax(out, row_0):
         out[i, v] = mul(out[i, v], r_softmax_exp_sum)
 
 
+ARGMAX_THREADS = 1024
+
+
 @cuda.jit
 def tf_argmax(out, row, tokens, position):
-    """tokens[position] = the first index of the largest probability in out[row]."""
-    if cuda.grid(1) == 0:
-        best = 0
-        for v in range(1, out.shape[1]):
-            if out[row, v] > out[row, best]:
-                best = v
-        tokens[position] = best
+    """tokens[position] = the first index of the largest probability in out[row] (tf.c keeps
+    the first of equal maxima): each thread scans a stride, then the block keeps the larger
+    value, or on a tie the smaller index. One block."""
+    t = cuda.threadIdx.x
+    value = cuda.shared.array(ARGMAX_THREADS, np.float32)
+    index = cuda.shared.array(ARGMAX_THREADS, np.int32)
+    V = out.shape[1]
+    best = -1
+    for v in range(t, V, ARGMAX_THREADS):
+        if best < 0 or out[row, v] > out[row, best]:
+            best = v
+    if best < 0:  # a thread past the vocabulary
+        value[t] = -np.inf
+        index[t] = V
+    else:
+        value[t] = out[row, best]
+        index[t] = best
+    cuda.syncthreads()
+    step = ARGMAX_THREADS // 2
+    while step > 0:
+        if t < step:
+            o = t + step
+            if value[o] > value[t] or (value[o] == value[t] and index[o] < index[t]):
+                value[t] = value[o]
+                index[t] = index[o]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        tokens[position] = index[0]
 
 
 @cuda.jit
@@ -286,23 +313,23 @@ def tf_loss(probs, expected, loss, T):
 
 @cuda.jit
 def tf_unembedding_back(dL_dout, inp, wte, dL_dwte, dL_din, r_input_size, T, fused):
-    """Unembedding backward in one launch: elements [0, V*D) are wte gradients (sums over
-    samples i ascending, into what is there), the next T*D input gradients (over v ascending
-    from 0, then scaled by 1/input_size)."""
+    """Unembedding backward in one launch: elements [0, T*D) are input gradients (over v
+    ascending from 0, then scaled by 1/input_size; the longest loops, so they start first),
+    the next V*D wte gradients (sums over samples i ascending, into what is there)."""
     V, D = wte.shape[0], wte.shape[1]
-    for idx in range(cuda.grid(1), V * D + T * D, cuda.gridsize(1)):
-        if idx < V * D:
-            v, k = idx // D, idx % D
-            acc = dL_dwte[v, k]
-            for i in range(T):
-                acc = mad(fused, mul(dL_dout[i, v], inp[i, k]), r_input_size, acc)
-            dL_dwte[v, k] = acc
-        else:
-            i, k = (idx - V * D) // D, (idx - V * D) % D
+    for idx in range(cuda.grid(1), T * D + V * D, cuda.gridsize(1)):
+        if idx < T * D:
+            i, k = idx // D, idx % D
             acc = ZERO
             for v in range(V):
                 acc = mad(fused, dL_dout[i, v], wte[v, k], acc)
             dL_din[i, k] = mul(acc, r_input_size)
+        else:
+            v, k = (idx - T * D) // D, (idx - T * D) % D
+            acc = dL_dwte[v, k]
+            for i in range(T):
+                acc = mad(fused, mul(dL_dout[i, v], inp[i, k]), r_input_size, acc)
+            dL_dwte[v, k] = acc
 
 
 @cuda.jit
