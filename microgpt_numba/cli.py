@@ -3,16 +3,18 @@ import sys
 
 import numpy as np
 
+from . import fast
 from .arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
     train_cache_storage_count
 from .constants import BLOCK_SIZE
 from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input, tokenize_doc
 from .glibc_rand import GlibcRand
 from .model import adam_update_model, backward_sequence, forward_sequence
-from .sample import generate_samples
+from .sample import generate_samples, sample_line
 
 PROG = "microgpt_numba"
-USAGE = f"usage: python -m {PROG} [--steps N] [--samples N] [--temperature T] [--input PATH]"
+USAGE = f"usage: python -m {PROG} [--steps N] [--samples N] [--temperature T] [--input PATH] [--engine fast|reference]"
+ENGINES = ("fast", "reference")
 SEED = 42
 
 
@@ -22,6 +24,7 @@ class Options:
         self.num_samples = 20
         self.temperature = np.float32(0.5)
         self.input_path = None  # None: the default names corpus
+        self.engine = "fast"
 
 
 def _int_option(flag, text, minimum):
@@ -53,7 +56,7 @@ def parse_options(argv):
         if flag in ("-h", "--help"):
             print(USAGE)
             raise SystemExit(0)
-        if flag not in ("--steps", "--samples", "--temperature", "--input"):
+        if flag not in ("--steps", "--samples", "--temperature", "--input", "--engine"):
             raise InputError(f"unknown option {flag!r}; {USAGE}")
         if i + 1 == len(argv):
             raise InputError(f"{flag} needs a value; {USAGE}")
@@ -64,6 +67,10 @@ def parse_options(argv):
             opts.num_samples = _int_option(flag, value, 0)
         elif flag == "--temperature":
             opts.temperature = _temperature(value)
+        elif flag == "--engine":
+            if value not in ENGINES:
+                raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {value!r}")
+            opts.engine = value
         else:
             opts.input_path = value
         i += 2
@@ -90,23 +97,39 @@ def train(opts, out):
     out.write(f"corpus: {corpus}\n".encode())
     out.write(b"num docs: %d\nvocab size: %d\n" % (len(dataset.docs), dataset.vocab_size))
 
-    model = Model(FloatArena(param_storage_count(dataset.vocab_size)), dataset.vocab_size, gen)
+    param_arena = FloatArena(param_storage_count(dataset.vocab_size))
+    model = Model(param_arena, dataset.vocab_size, gen)
     out.write(b"num params: %d\n" % model.total_params())
-    cache = TrainCache(FloatArena(train_cache_storage_count(dataset.vocab_size)), dataset.vocab_size)
-    scratch = Scratch(FloatArena(scratch_storage_count(dataset.vocab_size)), dataset.vocab_size)
+    cache_arena = FloatArena(train_cache_storage_count(dataset.vocab_size))
+    cache = TrainCache(cache_arena, dataset.vocab_size)
+    scratch_arena = FloatArena(scratch_storage_count(dataset.vocab_size))
+    scratch = Scratch(scratch_arena, dataset.vocab_size)
     out.flush()
 
     end = b"\r" if out.isatty() else b"\n"
-    for step in range(opts.num_steps):
-        tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
-        n = min(len(tokens) - 1, BLOCK_SIZE)
-        loss = forward_sequence(model, cache, dataset, tokens, n)
-        backward_sequence(model, cache, scratch, dataset, n)
-        adam_update_model(model, step, opts.num_steps)
-        out.write(b"step %4d / %4d | loss %.4f" % (step + 1, opts.num_steps, loss) + end)
-        out.flush()
+    if opts.engine == "reference":
+        for step in range(opts.num_steps):
+            tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
+            n = min(len(tokens) - 1, BLOCK_SIZE)
+            loss = forward_sequence(model, cache, dataset, tokens, n)
+            backward_sequence(model, cache, scratch, dataset, n)
+            adam_update_model(model, step, opts.num_steps)
+            out.write(step_line(step, opts.num_steps, loss) + end)
+            out.flush()
+        generate_samples(model, cache, dataset, opts.num_samples, opts.temperature, gen, out)
+        return
 
-    generate_samples(model, cache, dataset, opts.num_samples, opts.temperature, gen, out)
+    layout = fast.Layout(model, param_arena, cache, cache_arena, scratch, scratch_arena)
+    for step, loss in enumerate(fast.train(layout, dataset, opts.num_steps)):
+        out.write(step_line(step, opts.num_steps, loss) + end)
+    out.write(b"\n--- inference (new, hallucinated names) ---\n")
+    for sample_idx, sample in enumerate(fast.generate(layout, dataset, opts.num_samples, opts.temperature, gen)):
+        out.write(sample_line(sample_idx, sample))
+    out.flush()
+
+
+def step_line(step, num_steps, loss):
+    return b"step %4d / %4d | loss %.4f" % (step + 1, num_steps, loss)
 
 
 def main(argv=None):

@@ -56,9 +56,13 @@ def forward_sequence(model, cache, dataset, tokens, n):
         forward_position(model, cache, dataset.vocab_size, tokens[pos], pos)
         launch_scaled_softmax(pc.logits, pc.probs, 1.0, dataset.vocab_size)
         copy_to_host(host_probs, pc.probs)
-        prob = max(host_probs[pc.target_id], PROB_FLOOR)
-        total_loss += -np.float32(logf(prob))
+        total_loss += position_loss(host_probs[pc.target_id])
     return total_loss / np.float32(n)
+
+
+def position_loss(prob):
+    """-logf(prob) with the C's 1e-20 floor, on the host with glibc's logf."""
+    return -np.float32(logf(max(prob, PROB_FLOOR)))
 
 
 def zero_attention_accums(cache):

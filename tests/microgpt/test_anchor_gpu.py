@@ -17,9 +17,11 @@ PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH
 
 
 @pytest.mark.gpu
-def test_names_run_matches_microgpt_cu(shared):
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_names_run_matches_microgpt_cu(shared, engine):
     anchor = (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes()
-    result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--input", str(shared / "data" / "names.txt")],
+    result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--input", str(shared / "data" / "names.txt"),
+                             "--engine", engine],
                             capture_output=True, cwd=ROOT, timeout=600,
                             env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert result.returncode == 0, result.stderr.decode()

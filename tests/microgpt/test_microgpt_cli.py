@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from microgpt_numba.cli import main
+from microgpt_numba.cli import USAGE, main
 
 ROOT = Path(__file__).resolve().parents[2]
 # Our package first, then whatever the caller's PYTHONPATH holds (e.g. a pinned numpy).
@@ -36,6 +36,7 @@ def names_file(tmp_path):
     (["--samples", "-1"], "--samples must be a non-negative integer"),
     (["--bogus"], "unknown option '--bogus'"),
     (["--steps"], "--steps needs a value"),
+    (["--engine", "turbo"], "--engine must be one of fast, reference"),
 ])
 def test_bad_input_is_one_line_and_exit_1(args, message, capsys):
     assert main(args) == 1
@@ -55,9 +56,7 @@ def test_file_without_documents(tmp_path, capsys):
 def test_unknown_flag_exit_status_from_python_m():
     result = run_cli(["--bogus"])
     assert result.returncode == 1 and result.stdout == b""
-    assert result.stderr.decode().splitlines() == [
-        "microgpt_numba: unknown option '--bogus'; usage: python -m microgpt_numba [--steps N] [--samples N] "
-        "[--temperature T] [--input PATH]"]
+    assert result.stderr.decode().splitlines() == [f"microgpt_numba: unknown option '--bogus'; {USAGE}"]
 
 
 def test_no_cuda_gpu_or_driver():
