@@ -12,7 +12,7 @@ import numpy as np
 from numba import config, cuda
 
 from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, position_cache_fields, scratch_fields
-from .constants import BLOCK_SIZE, HEAD_DIM, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
+from .constants import BLOCK_SIZE, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
 from .dataset import tokenize_doc
 from .glibc_rand import rand_uniform
 from .kernels import (SOFTMAX_THREADS, adam_update, attention_backward, attention_forward, cross_entropy_backward,
