@@ -1,7 +1,9 @@
 """Single-precision math for kernels, picked once at import so one kernel source serves both worlds.
 
-On the GPU: libdevice's expf and rsqrtf (what nvcc's expf/rsqrtf are) and IEEE sqrt.
-In the CUDA simulator libdevice functions are stubs returning None, so numpy float32 stands in.
+On the GPU: libdevice's expf and rsqrtf (what nvcc's expf/rsqrtf are), IEEE sqrt, and fma.rn.
+In the CUDA simulator libdevice functions are stubs returning None and cuda.fma is unfused, so
+numpy float32 stands in, and fmaf rounds the exact float64 product plus c (a double rounding,
+rarely off by one unit in the last place; the simulator's results are never compared bit for bit).
 """
 import math
 
@@ -20,6 +22,10 @@ if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def sqrtf(x):
         return np.sqrt(np.float32(x))
+
+    @cuda.jit(device=True)
+    def fmaf(a, b, c):
+        return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
 else:
     from numba.cuda import libdevice
 
@@ -34,3 +40,7 @@ else:
     @cuda.jit(device=True)
     def sqrtf(x):
         return math.sqrt(x)
+
+    @cuda.jit(device=True)
+    def fmaf(a, b, c):
+        return cuda.fma(a, b, c)

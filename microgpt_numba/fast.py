@@ -34,6 +34,9 @@ KEYS, VALUES, GRAD_KEYS, GRAD_VALUES = range(4)
  GRAD_Q, GRAD_ATTN_NORM, GRAD_EMBED_IN) = range(12)
 POS_FIELDS = len(position_cache_fields(0))
 LC_FIELDS = len(LAYER_CACHE_FIELDS)
+N_PARAMS = 3 + 6 * N_LAYER
+POS_COLUMNS = POS_FIELDS + N_LAYER * LC_FIELDS
+SCRATCH_FIELDS = len(scratch_fields(0))
 
 
 def _address(view):
@@ -67,6 +70,20 @@ class Layout:
         self.kvtab = cuda.to_device(np.array(kvtab, dtype=np.int32))
         self.stab = cuda.to_device(np.array(stab, dtype=np.int32))
         self.arenas = (pbase, cbase, sbase)
+
+
+@cuda.jit(device=True)
+def load_tables(ptab, postab, kvtab, stab, ptab_s, postab_s, kvtab_s, stab_s, tid, nt):
+    """Copies the offset tables to shared memory: every view a phase carves starts with a lookup."""
+    for i in range(tid, N_PARAMS * 4, nt):
+        ptab_s[i // 4, i % 4] = ptab[i // 4, i % 4]
+    for i in range(tid, BLOCK_SIZE * POS_COLUMNS, nt):
+        postab_s[i // POS_COLUMNS, i % POS_COLUMNS] = postab[i // POS_COLUMNS, i % POS_COLUMNS]
+    for i in range(tid, N_LAYER * 4, nt):
+        kvtab_s[i // 4, i % 4] = kvtab[i // 4, i % 4]
+    for i in range(tid, SCRATCH_FIELDS, nt):
+        stab_s[i] = stab[i]
+    cuda.syncthreads()
 
 
 @cuda.jit(device=True)
@@ -252,11 +269,16 @@ def backward_sequence(params, cache, scratch, ptab, postab, kvtab, stab, vocab_s
 
 
 @cuda.jit(cache=True)
-def train_kernel(params, cache, scratch, ptab, pcount, postab, kvtab, stab, vocab_size, doc_tokens, doc_start,
-                 num_docs, schedule, num_steps, target_probs):
+def train_kernel(params, cache, scratch, ptab_g, pcount, postab_g, kvtab_g, stab_g, vocab_size, doc_tokens,
+                 doc_start, num_docs, schedule, num_steps, target_probs):
     """Steps 0..num_steps-1: forward_sequence (recording probs[target] per position), backward, Adam."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
+    ptab = cuda.shared.array((N_PARAMS, 4), np.int32)
+    postab = cuda.shared.array((BLOCK_SIZE, POS_COLUMNS), np.int32)
+    kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
+    stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
+    load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
     softmax_scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
     for step in range(num_steps):
         doc = step % num_docs
@@ -290,11 +312,16 @@ def pick_token(probs, n, r):
 
 
 @cuda.jit(cache=True)
-def generate_kernel(params, cache, ptab, postab, kvtab, vocab_size, bos_id, inv_temperature, uniforms, num_samples,
-                    samples, lengths):
+def generate_kernel(params, cache, ptab_g, postab_g, kvtab_g, stab_g, vocab_size, bos_id, inv_temperature, uniforms,
+                    num_samples, samples, lengths):
     """generate_samples on device: uniforms[k] is the k-th rand_uniform() draw after the init."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
+    ptab = cuda.shared.array((N_PARAMS, 4), np.int32)
+    postab = cuda.shared.array((BLOCK_SIZE, POS_COLUMNS), np.int32)
+    kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
+    stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
+    load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
     softmax_scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
     picked = cuda.shared.array(1, np.int32)
     draw = 0
@@ -357,8 +384,8 @@ def generate(layout, dataset, num_samples, temperature, gen):
     uniforms = np.array([rand_uniform(gen) for _ in range(max(num_samples, 1) * BLOCK_SIZE)], dtype=np.float32)
     samples = cuda.device_array((max(num_samples, 1), BLOCK_SIZE), dtype=np.int32)
     lengths = cuda.device_array(max(num_samples, 1), dtype=np.int32)
-    generate_kernel[1, THREADS](params, cache, layout.ptab, layout.postab, layout.kvtab, dataset.vocab_size,
-                                dataset.bos_id, np.float32(1.0) / np.float32(temperature), cuda.to_device(uniforms),
-                                num_samples, samples, lengths)
+    generate_kernel[1, THREADS](params, cache, layout.ptab, layout.postab, layout.kvtab, layout.stab,
+                                dataset.vocab_size, dataset.bos_id, np.float32(1.0) / np.float32(temperature),
+                                cuda.to_device(uniforms), num_samples, samples, lengths)
     samples, lengths = samples.copy_to_host(), lengths.copy_to_host()
     return [bytes(dataset.id_to_char[samples[s, :lengths[s]]]) for s in range(num_samples)]

@@ -3,14 +3,18 @@
 Each kernel's per-thread work is a device function, and the @cuda.jit kernel under the C's name
 only works out which element or head its thread owns, as the C kernel does. The fused engine
 (fast.py) calls the same device functions, so both engines do the same arithmetic in the same
-order. Sums run sequentially in the C's loop order; `a * b + c` contracts to an FMA as it does
-under nvcc, because both compile through NVVM with contraction on.
+order. Sums run sequentially in the C's loop order.
+
+Fused multiply-adds are written out (fmaf) where nvcc contracts the C statement (a product feeding
+an add or subtract in one expression, the first product when there are two), and nowhere else.
+Left implicit, whether NVVM fuses depends on the code around an inlined device function, so the
+two engines would round differently.
 """
 import numpy as np
 from numba import cuda
 
 from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
-from .devmath import expf, rsqrtf, sqrtf
+from .devmath import expf, fmaf, rsqrtf, sqrtf
 
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
@@ -47,7 +51,7 @@ def relu_backward(x, grad_y, grad_x, n, idx):
 def rmsnorm_forward(x, y, n):
     mean_square = ZERO
     for i in range(n):
-        mean_square += x[i] * x[i]
+        mean_square = fmaf(x[i], x[i], mean_square)
     mean_square /= np.float32(n)
     scale = rsqrtf(mean_square + RMS_EPS)
     for i in range(n):
@@ -59,13 +63,13 @@ def rmsnorm_backward(x, grad_y, grad_x, n):
     mean_square = ZERO
     dot = ZERO
     for i in range(n):
-        mean_square += x[i] * x[i]
-        dot += grad_y[i] * x[i]
+        mean_square = fmaf(x[i], x[i], mean_square)
+        dot = fmaf(grad_y[i], x[i], dot)
     mean_square /= np.float32(n)
     scale = rsqrtf(mean_square + RMS_EPS)
     scale_cubed = scale * scale * scale
     for i in range(n):
-        grad_x[i] = grad_y[i] * scale - x[i] * dot * scale_cubed / np.float32(n)
+        grad_x[i] = fmaf(grad_y[i], scale, -(x[i] * dot * scale_cubed / np.float32(n)))
 
 
 @cuda.jit(device=True)
@@ -89,7 +93,7 @@ def scaled_softmax(logits, probs, scale, n, scratch, tid, nthreads):
     max_val = scratch[0]
     local_sum = ZERO
     for i in range(tid, n, nthreads):
-        e = expf(logits[i] * scale - max_val)
+        e = expf(fmaf(logits[i], scale, -max_val))
         probs[i] = e
         local_sum += e
     # Everyone has read scratch[0] before it is overwritten (the C relies on warp timing here).
@@ -114,7 +118,7 @@ def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
     if idx < n:
         grad = probs[idx] * loss_scale
         if idx == target_id:
-            grad -= loss_scale
+            grad = fmaf(probs[idx], loss_scale, -loss_scale)
         grad_logits[idx] = grad
 
 
@@ -122,8 +126,8 @@ def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
 def adam_update(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n, idx):
     if idx < n:
         g = grad[idx]
-        m_new = BETA1 * m[idx] + (ONE - BETA1) * g
-        v_new = BETA2 * v[idx] + (ONE - BETA2) * g * g
+        m_new = fmaf(BETA1, m[idx], (ONE - BETA1) * g)
+        v_new = fmaf(BETA2, v[idx], (ONE - BETA2) * g * g)
         m[idx] = m_new
         v[idx] = v_new
         m_hat = m_new / beta1_corr
@@ -151,7 +155,7 @@ def attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_
         dot = ZERO
         k_t = t * N_EMBD + hs
         for j in range(HEAD_DIM):
-            dot += q[hs + j] * keys[k_t + j]
+            dot = fmaf(q[hs + j], keys[k_t + j], dot)
         logits_local[t] = dot * ATTN_SCALE
         if logits_local[t] > max_val:
             max_val = logits_local[t]
@@ -171,7 +175,7 @@ def attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_
     for j in range(HEAD_DIM):
         out = ZERO
         for t in range(pos_id + 1):
-            out += weights_local[t] * values[t * N_EMBD + hs + j]
+            out = fmaf(weights_local[t], values[t * N_EMBD + hs + j], out)
         attn_out[hs + j] = out
 
 
@@ -192,18 +196,18 @@ def attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, gra
         weight = attn_weights[h * BLOCK_SIZE + t]
         for j in range(HEAD_DIM):
             go = grad_attn_out[hs + j]
-            dot += go * values[row + j]
-            grad_values[row + j] += go * weight
+            dot = fmaf(go, values[row + j], dot)
+            grad_values[row + j] = fmaf(go, weight, grad_values[row + j])
         grad_w[t] = dot
-        weighted_sum += dot * weight
+        weighted_sum = fmaf(dot, weight, weighted_sum)
 
     for t in range(pos_id + 1):
         row = t * N_EMBD + hs
         weight = attn_weights[h * BLOCK_SIZE + t]
         grad_logit = weight * (grad_w[t] - weighted_sum)
         for j in range(HEAD_DIM):
-            grad_q_local[j] += grad_logit * keys[row + j] * ATTN_SCALE
-            grad_keys[row + j] += grad_logit * q[hs + j] * ATTN_SCALE
+            grad_q_local[j] = fmaf(grad_logit * keys[row + j], ATTN_SCALE, grad_q_local[j])
+            grad_keys[row + j] = fmaf(grad_logit * q[hs + j], ATTN_SCALE, grad_keys[row + j])
 
     for j in range(HEAD_DIM):
         grad_q[hs + j] = grad_q_local[j]
@@ -215,7 +219,7 @@ def sgemv_t(w, x, y, rows, cols, r):
     if r < rows:
         acc = ZERO
         for c in range(cols):
-            acc += w[r * cols + c] * x[c]
+            acc = fmaf(w[r * cols + c], x[c], acc)
         y[r] = acc
 
 
@@ -225,7 +229,7 @@ def sger(x, grad_out, grad_w, rows, cols, idx):
     if idx < rows * cols:
         r = idx // cols
         c = idx - r * cols
-        grad_w[idx] += x[c] * grad_out[r]
+        grad_w[idx] = fmaf(x[c], grad_out[r], grad_w[idx])
 
 
 @cuda.jit(device=True)
@@ -234,7 +238,7 @@ def sgemv_n(w, grad_out, grad_x, rows, cols, c):
     if c < cols:
         acc = ZERO
         for r in range(rows):
-            acc += w[r * cols + c] * grad_out[r]
+            acc = fmaf(w[r * cols + c], grad_out[r], acc)
         grad_x[c] += acc
 
 
