@@ -2,6 +2,9 @@
 
 It uses the same three arenas as the reference engine: the host passes each view's offset in its
 arena (tables built from the reference structs), and the kernels carve the same views on device.
+When the train cache and scratch arenas fit in a block's shared memory (vocabularies up to ~90
+bytes), a kernel works on a copy of them there, staged in at its start and out at its end, since
+every phase reads what the previous one wrote; the parameter arena stays in global memory.
 Each reference launch becomes a phase of the block, made of the same device functions (kernels.py)
 and separated by cuda.syncthreads(), so every float is computed as the reference kernels compute
 it. Launches that touch disjoint outputs share a phase; memsets before a full overwrite are skipped.
@@ -9,7 +12,7 @@ The host keeps what is host math in the C: glibc powf for Adam's schedule, glibc
 (from the target probabilities the kernel records), and the glibc rand_uniform draws for sampling.
 """
 import numpy as np
-from numba import config, cuda
+from numba import config, cuda, float32
 
 from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, position_cache_fields, scratch_fields
 from .constants import BLOCK_SIZE, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
@@ -21,6 +24,9 @@ from .kernels import (SOFTMAX_THREADS, adam_update, attention_backward, attentio
 from .model import adam_schedule, position_loss
 
 THREADS = SOFTMAX_THREADS  # one block; scaled_softmax's reduction wants all of it
+# Dynamic shared memory for the staged arenas; with the static tables and softmax scratch the
+# block stays under the 48 KiB it gets without an opt-in.
+STAGE_BYTES = 44 * 1024
 
 # Column indices of the offset tables, in the order arena.py carves the views.
 DATA, GRAD, M, V = range(4)
@@ -84,6 +90,12 @@ def load_tables(ptab, postab, kvtab, stab, ptab_s, postab_s, kvtab_s, stab_s, ti
     for i in range(tid, SCRATCH_FIELDS, nt):
         stab_s[i] = stab[i]
     cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def stage(src, dst, count, tid, nt):
+    for i in range(tid, count, nt):
+        dst[i] = src[i]
 
 
 @cuda.jit(device=True)
@@ -269,11 +281,17 @@ def backward_sequence(params, cache, scratch, ptab, postab, kvtab, stab, vocab_s
 
 
 @cuda.jit(cache=True)
-def train_kernel(params, cache, scratch, ptab_g, pcount, postab_g, kvtab_g, stab_g, vocab_size, doc_tokens,
-                 doc_start, num_docs, schedule, num_steps, target_probs):
+def train_kernel(params, cache_g, scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g, vocab_size,
+                 doc_tokens, doc_start, num_docs, schedule, num_steps, target_probs):
     """Steps 0..num_steps-1: forward_sequence (recording probs[target] per position), backward, Adam."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
+    dyn = cuda.shared.array(0, float32)
+    cache = dyn[:cache_g.shape[0]] if staged else cache_g
+    scratch = dyn[cache_g.shape[0]:] if staged else scratch_g
+    if staged:
+        stage(cache_g, cache, cache_g.shape[0], tid, nt)
+        stage(scratch_g, scratch, scratch_g.shape[0], tid, nt)
     ptab = cuda.shared.array((N_PARAMS, 4), np.int32)
     postab = cuda.shared.array((BLOCK_SIZE, POS_COLUMNS), np.int32)
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
@@ -298,6 +316,9 @@ def train_kernel(params, cache, scratch, ptab_g, pcount, postab_g, kvtab_g, stab
                 adam_update(params[ptab[p, DATA]:], params[ptab[p, GRAD]:], params[ptab[p, M]:],
                             params[ptab[p, V]:], lr_t, beta1_corr, beta2_corr, pcount[p], i)
         cuda.syncthreads()
+    if staged:
+        stage(cache, cache_g, cache_g.shape[0], tid, nt)
+        stage(scratch, scratch_g, scratch_g.shape[0], tid, nt)
 
 
 @cuda.jit(device=True)
@@ -312,11 +333,15 @@ def pick_token(probs, n, r):
 
 
 @cuda.jit(cache=True)
-def generate_kernel(params, cache, ptab_g, postab_g, kvtab_g, stab_g, vocab_size, bos_id, inv_temperature, uniforms,
-                    num_samples, samples, lengths):
+def generate_kernel(params, cache_g, staged, ptab_g, postab_g, kvtab_g, stab_g, vocab_size, bos_id, inv_temperature,
+                    uniforms, num_samples, samples, lengths):
     """generate_samples on device: uniforms[k] is the k-th rand_uniform() draw after the init."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
+    dyn = cuda.shared.array(0, float32)
+    cache = dyn[:cache_g.shape[0]] if staged else cache_g
+    if staged:
+        stage(cache_g, cache, cache_g.shape[0], tid, nt)
     ptab = cuda.shared.array((N_PARAMS, 4), np.int32)
     postab = cuda.shared.array((BLOCK_SIZE, POS_COLUMNS), np.int32)
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
@@ -346,6 +371,8 @@ def generate_kernel(params, cache, ptab_g, postab_g, kvtab_g, stab_g, vocab_size
         if tid == 0:
             lengths[s] = length
         cuda.syncthreads()
+    if staged:
+        stage(cache, cache_g, cache_g.shape[0], tid, nt)
 
 
 def document_tokens(dataset, num_steps):
@@ -363,9 +390,12 @@ def train(layout, dataset, num_steps):
     flat, start = document_tokens(dataset, num_steps)
     schedule = np.array([adam_schedule(step, num_steps) for step in range(num_steps)], dtype=np.float32)
     target_probs = cuda.device_array(num_steps * BLOCK_SIZE, dtype=np.float32)
-    train_kernel[1, THREADS](params, cache, scratch, layout.ptab, layout.pcount, layout.postab, layout.kvtab,
-                             layout.stab, dataset.vocab_size, cuda.to_device(flat), cuda.to_device(start),
-                             len(start) - 1, cuda.to_device(schedule), num_steps, target_probs)
+    nbytes = 4 * (cache.shape[0] + scratch.shape[0])
+    staged = nbytes <= STAGE_BYTES
+    train_kernel[1, THREADS, 0, nbytes if staged else 0](
+        params, cache, scratch, staged, layout.ptab, layout.pcount, layout.postab, layout.kvtab, layout.stab,
+        dataset.vocab_size, cuda.to_device(flat), cuda.to_device(start), len(start) - 1, cuda.to_device(schedule),
+        num_steps, target_probs)
     probs = target_probs.copy_to_host().reshape(num_steps, BLOCK_SIZE)
     losses = []
     for step in range(num_steps):
@@ -384,8 +414,11 @@ def generate(layout, dataset, num_samples, temperature, gen):
     uniforms = np.array([rand_uniform(gen) for _ in range(max(num_samples, 1) * BLOCK_SIZE)], dtype=np.float32)
     samples = cuda.device_array((max(num_samples, 1), BLOCK_SIZE), dtype=np.int32)
     lengths = cuda.device_array(max(num_samples, 1), dtype=np.int32)
-    generate_kernel[1, THREADS](params, cache, layout.ptab, layout.postab, layout.kvtab, layout.stab,
-                                dataset.vocab_size, dataset.bos_id, np.float32(1.0) / np.float32(temperature),
-                                cuda.to_device(uniforms), num_samples, samples, lengths)
+    nbytes = 4 * cache.shape[0]
+    staged = nbytes <= STAGE_BYTES
+    generate_kernel[1, THREADS, 0, nbytes if staged else 0](
+        params, cache, staged, layout.ptab, layout.postab, layout.kvtab, layout.stab, dataset.vocab_size,
+        dataset.bos_id, np.float32(1.0) / np.float32(temperature), cuda.to_device(uniforms), num_samples, samples,
+        lengths)
     samples, lengths = samples.copy_to_host(), lengths.copy_to_host()
     return [bytes(dataset.id_to_char[samples[s, :lengths[s]]]) for s in range(num_samples)]

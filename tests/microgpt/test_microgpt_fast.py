@@ -1,9 +1,12 @@
 """The fast engine (persistent kernels) against the reference engine (one launch per C launch).
 
 Both run the same device functions in the same order per element, so the losses, every float of
-the three arenas after training, and the samples must be identical, not merely close.
+the three arenas, and the samples must be identical, not merely close. The fast engine runs twice:
+with the cache and scratch arenas staged in shared memory (as for the names corpus) and without
+(as for vocabularies too large to stage).
 """
 import numpy as np
+import pytest
 
 from microgpt_numba import fast
 from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, \
@@ -39,23 +42,36 @@ def setup():
     return gen, dataset, arenas, model, TrainCache(arenas[1], v), Scratch(arenas[2], v)
 
 
-def test_fast_engine_reproduces_reference_engine():
+def bits(arenas):
+    return [a.base.copy_to_host().view(np.uint32) for a in arenas]
+
+
+@pytest.fixture(scope="module")
+def reference():
     gen, dataset, arenas, model, cache, scratch = setup()
-    ref_losses = []
+    losses = []
     for step in range(STEPS):
         tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
         n = min(len(tokens) - 1, BLOCK_SIZE)
-        ref_losses.append(forward_sequence(model, cache, dataset, tokens, n))
+        losses.append(forward_sequence(model, cache, dataset, tokens, n))
         backward_sequence(model, cache, scratch, dataset, n)
         adam_update_model(model, step, STEPS)
-    ref_params = arenas[0].base.copy_to_host()
+    trained = bits(arenas)
     out = Collect()
     generate_samples(model, cache, dataset, SAMPLES, TEMPERATURE, gen, out)
-    ref_samples = [line.split(b": ", 1)[1] for line in out.data.split(b"\n") if line.startswith(b"sample")]
+    samples = [line.split(b": ", 1)[1] for line in out.data.split(b"\n") if line.startswith(b"sample")]
+    return losses, trained, samples, bits(arenas)
 
+
+@pytest.mark.parametrize("stage_bytes", [fast.STAGE_BYTES, 0], ids=["staged", "unstaged"])
+def test_fast_engine_reproduces_reference_engine(reference, stage_bytes, monkeypatch):
+    monkeypatch.setattr(fast, "STAGE_BYTES", stage_bytes)
+    ref_losses, ref_trained, ref_samples, ref_sampled = reference
     gen, dataset, arenas, model, cache, scratch = setup()
     layout = fast.Layout(model, arenas[0], cache, arenas[1], scratch, arenas[2])
     losses = fast.train(layout, dataset, STEPS)
     assert [x.view(np.uint32) for x in losses] == [x.view(np.uint32) for x in ref_losses]
-    np.testing.assert_array_equal(arenas[0].base.copy_to_host().view(np.uint32), ref_params.view(np.uint32))
+    for ours, ref, name in zip(bits(arenas), ref_trained, ("params", "train cache", "scratch")):
+        np.testing.assert_array_equal(ours, ref, err_msg=name)
     assert fast.generate(layout, dataset, SAMPLES, TEMPERATURE, gen) == ref_samples
+    np.testing.assert_array_equal(bits(arenas)[1], ref_sampled[1], err_msg="train cache after sampling")
