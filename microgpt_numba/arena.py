@@ -12,7 +12,7 @@ from .constants import BLOCK_SIZE, INIT_STD, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
 from .glibc_rand import rand_normal
 
 
-def zero_device(x):
+def memset_zero(x):
     driver.device_memset(x, 0, x.nbytes)
 
 
@@ -21,14 +21,14 @@ class FloatArena:
         self.count = count
         self.offset = 0
         self.base = cuda.device_array(count, dtype=np.float32)
-        zero_device(self.base)
+        memset_zero(self.base)
 
     def alloc(self, count):
         if self.offset + count > self.count:
             raise RuntimeError(f"arena overflow: requested {count} floats, {self.count - self.offset} remaining")
         view = self.base[self.offset:self.offset + count]
         self.offset += count
-        zero_device(view)
+        memset_zero(view)
         return view
 
 
@@ -116,9 +116,9 @@ def position_cache_fields(vocab_size):
 
 
 class PositionCache:
+    """A position's activations. The C's token_id/target_id live in StepValues.tokens (device memory)."""
+
     def __init__(self, arena, vocab_size):
-        self.token_id = 0
-        self.target_id = 0
         for name, count in position_cache_fields(vocab_size):
             setattr(self, name, arena.alloc(count))
         self.layers = [LayerCache(arena) for _ in range(N_LAYER)]

@@ -9,7 +9,8 @@ from .arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, 
 from .constants import BLOCK_SIZE
 from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input, tokenize_doc
 from .glibc_rand import GlibcRand
-from .model import adam_update_model, backward_sequence, forward_sequence
+from .graphs import StepGraphs
+from .model import StepValues, train_step
 from .sample import generate_samples, sample_line
 
 PROG = "microgpt_numba"
@@ -108,15 +109,15 @@ def train(opts, out):
 
     end = b"\r" if out.isatty() else b"\n"
     if opts.engine == "reference":
+        sv, graphs = StepValues(), StepGraphs()
         for step in range(opts.num_steps):
             tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
             n = min(len(tokens) - 1, BLOCK_SIZE)
-            loss = forward_sequence(model, cache, dataset, tokens, n)
-            backward_sequence(model, cache, scratch, dataset, n)
-            adam_update_model(model, step, opts.num_steps)
-            out.write(step_line(step, opts.num_steps, loss) + end)
+            sv.set_step(tokens, step, opts.num_steps)
+            graphs.run(n, lambda: train_step(model, cache, scratch, dataset, sv, n))
+            out.write(step_line(step, opts.num_steps, sv.mean_loss(n)) + end)
             out.flush()
-        generate_samples(model, cache, dataset, opts.num_samples, opts.temperature, gen, out)
+        generate_samples(model, cache, dataset, sv, opts.num_samples, opts.temperature, gen, out)
         return
 
     layout = fast.Layout(model, param_arena, cache, cache_arena, scratch, scratch_arena)

@@ -1,6 +1,6 @@
 """Single-precision math for kernels, picked once at import so one kernel source serves both worlds.
 
-On the GPU: libdevice's expf and rsqrtf (what nvcc's expf/rsqrtf are), IEEE sqrt, and fma.rn.
+On the GPU: libdevice's expf, logf and rsqrtf (what nvcc's are), IEEE sqrt, and fma.rn.
 In the CUDA simulator libdevice functions are stubs returning None and cuda.fma is unfused, so
 numpy float32 stands in, and fmaf rounds the exact float64 product plus c (a double rounding,
 rarely off by one unit in the last place; the simulator's results are never compared bit for bit).
@@ -14,6 +14,10 @@ if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def expf(x):
         return np.exp(np.float32(x))
+
+    @cuda.jit(device=True)
+    def logf(x):
+        return np.log(np.float32(x))
 
     @cuda.jit(device=True)
     def rsqrtf(x):
@@ -32,6 +36,10 @@ else:
     @cuda.jit(device=True)
     def expf(x):
         return libdevice.expf(x)
+
+    @cuda.jit(device=True)
+    def logf(x):
+        return libdevice.logf(x)
 
     @cuda.jit(device=True)
     def rsqrtf(x):

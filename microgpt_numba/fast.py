@@ -8,8 +8,8 @@ every phase reads what the previous one wrote; the parameter arena stays in glob
 Each reference launch becomes a phase of the block, made of the same device functions (kernels.py)
 and separated by cuda.syncthreads(), so every float is computed as the reference kernels compute
 it. Launches that touch disjoint outputs share a phase; memsets before a full overwrite are skipped.
-The host keeps what is host math in the C: glibc powf for Adam's schedule, glibc logf for the loss
-(from the target probabilities the kernel records), and the glibc rand_uniform draws for sampling.
+The host keeps what is host math in the C: glibc powf for Adam's schedule and the glibc
+rand_uniform draws for sampling; the loss is summed on the device as the reference engine sums it.
 """
 import numpy as np
 from numba import config, cuda, float32
@@ -18,10 +18,10 @@ from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, position_cache_fields, scratch
 from .constants import BLOCK_SIZE, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
 from .dataset import tokenize_doc
 from .glibc_rand import rand_uniform
-from .kernels import (SOFTMAX_THREADS, adam_update, attention_backward, attention_forward, cross_entropy_backward,
+from .kernels import (SOFTMAX_THREADS, accumulate_loss, adam_update, attention_backward, attention_forward, cross_entropy_backward,
                       relu_backward, relu_forward, rmsnorm_backward, rmsnorm_forward, row_add, scaled_softmax,
                       sgemv_n, sger, sgemv_t, vec_add, vec_add_inplace)
-from .model import adam_schedule, position_loss
+from .model import adam_schedule
 
 THREADS = SOFTMAX_THREADS  # one block; scaled_softmax's reduction wants all of it
 # Dynamic shared memory for the staged arenas; with the static tables and softmax scratch the
@@ -282,8 +282,8 @@ def backward_sequence(params, cache, scratch, ptab, postab, kvtab, stab, vocab_s
 
 @cuda.jit(cache=True)
 def train_kernel(params, cache_g, scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g, vocab_size,
-                 doc_tokens, doc_start, num_docs, schedule, num_steps, target_probs):
-    """Steps 0..num_steps-1: forward_sequence (recording probs[target] per position), backward, Adam."""
+                 doc_tokens, doc_start, num_docs, schedule, num_steps, loss_sums):
+    """Steps 0..num_steps-1: forward_sequence (summing the loss into loss_sums[step]), backward, Adam."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     dyn = cuda.shared.array(0, float32)
@@ -308,7 +308,7 @@ def train_kernel(params, cache_g, scratch_g, staged, ptab_g, pcount, postab_g, k
             scaled_softmax(cache[postab[pos, LOGITS]:], probs, np.float32(1.0), vocab_size, softmax_scratch, tid, nt)
             cuda.syncthreads()
             if tid == 0:
-                target_probs[step * BLOCK_SIZE + pos] = probs[tokens[pos + 1]]
+                accumulate_loss(probs, tokens[pos + 1], loss_sums, step)
         backward_sequence(params, cache, scratch, ptab, postab, kvtab, stab, vocab_size, tokens, n, tid, nt)
         lr_t, beta1_corr, beta2_corr = schedule[step, 0], schedule[step, 1], schedule[step, 2]
         for p in range(pcount.shape[0]):
@@ -389,23 +389,16 @@ def train(layout, dataset, num_steps):
     params, cache, scratch = layout.arenas
     flat, start = document_tokens(dataset, num_steps)
     schedule = np.array([adam_schedule(step, num_steps) for step in range(num_steps)], dtype=np.float32)
-    target_probs = cuda.device_array(num_steps * BLOCK_SIZE, dtype=np.float32)
+    loss_sums = cuda.to_device(np.zeros(num_steps, dtype=np.float32))
     nbytes = 4 * (cache.shape[0] + scratch.shape[0])
     staged = nbytes <= STAGE_BYTES
     train_kernel[1, THREADS, 0, nbytes if staged else 0](
         params, cache, scratch, staged, layout.ptab, layout.pcount, layout.postab, layout.kvtab, layout.stab,
         dataset.vocab_size, cuda.to_device(flat), cuda.to_device(start), len(start) - 1, cuda.to_device(schedule),
-        num_steps, target_probs)
-    probs = target_probs.copy_to_host().reshape(num_steps, BLOCK_SIZE)
-    losses = []
-    for step in range(num_steps):
-        doc = step % (len(start) - 1)
-        n = min(int(start[doc + 1] - start[doc]) - 1, BLOCK_SIZE)
-        total_loss = np.float32(0.0)
-        for pos in range(n):
-            total_loss += position_loss(probs[step, pos])
-        losses.append(total_loss / np.float32(n))
-    return losses
+        num_steps, loss_sums)
+    doc = np.arange(num_steps) % (len(start) - 1)
+    n = np.minimum(start[doc + 1] - start[doc] - 1, BLOCK_SIZE).astype(np.float32)
+    return list(loss_sums.copy_to_host() / n)
 
 
 def generate(layout, dataset, num_samples, temperature, gen):

@@ -14,12 +14,13 @@ import numpy as np
 from numba import cuda
 
 from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
-from .devmath import expf, fmaf, rsqrtf, sqrtf
+from .devmath import expf, fmaf, logf, rsqrtf, sqrtf
 
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
 NEG_HUGE = np.float32(-1e30)
 ATTN_SCALE = ONE / np.sqrt(np.float32(HEAD_DIM))  # 1.0f / sqrtf((float)HEAD_DIM), exactly 0.5
+PROB_FLOOR = np.float32(1e-20)
 SOFTMAX_THREADS = 256  # scaled_softmax_kernel's block and shared scratch size
 
 
@@ -120,6 +121,15 @@ def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
         if idx == target_id:
             grad = fmaf(probs[idx], loss_scale, -loss_scale)
         grad_logits[idx] = grad
+
+
+@cuda.jit(device=True)
+def accumulate_loss(probs, target_id, total, slot):
+    """forward_sequence's total_loss += -logf(prob), with the C's 1e-20 floor, summed on the device."""
+    prob = probs[target_id]
+    if prob < PROB_FLOOR:
+        prob = PROB_FLOOR
+    total[slot] += -logf(prob)
 
 
 @cuda.jit(device=True)
@@ -258,6 +268,34 @@ def vec_add_kernel(a, b, out, n):
 
 
 @cuda.jit(cache=True)
+def token_embed_kernel(wte, pos_emb, tokens, pos_id, out, n):
+    """vec_add of the token's wte row (token read from device memory) and the position's wpe row."""
+    vec_add(wte[tokens[pos_id] * N_EMBD:], pos_emb, out, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def zero_kernel(x, n):
+    """cudaMemset(x, 0): a kernel, so that it can be recorded into a CUDA graph."""
+    idx = grid_index()
+    if idx < n:
+        x[idx] = ZERO
+
+
+@cuda.jit(cache=True)
+def copy_kernel(dst, src, n):
+    """cudaMemcpy device to device: a kernel, so that it can be recorded into a CUDA graph."""
+    idx = grid_index()
+    if idx < n:
+        dst[idx] = src[idx]
+
+
+@cuda.jit(cache=True)
+def loss_kernel(probs, tokens, pos_id, total):
+    if first_thread():
+        accumulate_loss(probs, tokens[pos_id + 1], total, 0)
+
+
+@cuda.jit(cache=True)
 def vec_add_inplace_kernel(dst, src, n):
     vec_add_inplace(dst, src, n, grid_index())
 
@@ -291,18 +329,25 @@ def scaled_softmax_kernel(logits, probs, scale, n):
 
 
 @cuda.jit(cache=True)
-def cross_entropy_backward_kernel(probs, grad_logits, target_id, loss_scale, n):
-    cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, grid_index())
+def cross_entropy_backward_kernel(probs, grad_logits, tokens, pos_id, loss_scale, n):
+    cross_entropy_backward(probs, grad_logits, tokens[pos_id + 1], loss_scale, n, grid_index())
 
 
 @cuda.jit(cache=True)
-def adam_update_kernel(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n):
-    adam_update(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n, grid_index())
+def adam_update_kernel(data, grad, m, v, schedule, n):
+    """schedule = (lr_t, beta1_corr, beta2_corr) of this step, in device memory."""
+    adam_update(data, grad, m, v, schedule[0], schedule[1], schedule[2], n, grid_index())
 
 
 @cuda.jit(cache=True)
 def row_add_kernel(row_grad, grad, n):
     row_add(row_grad, grad, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def token_row_add_kernel(wte_grad, tokens, pos_id, grad, n):
+    """row_add into the wte gradient row of the token at pos_id (token read from device memory)."""
+    row_add(wte_grad[tokens[pos_id] * N_EMBD:], grad, n, grid_index())
 
 
 @cuda.jit(cache=True)

@@ -1,26 +1,49 @@
 """The reference engine: microgpt.cu's forward_position, forward_sequence, backward_sequence and
-adam_update_model, one kernel launch (or memset/memcpy) per C launch, in the C's order."""
+adam_update_model, one kernel launch per C launch (memsets and copies included), in the C's order.
+
+What changes from step to step (the tokens, Adam's schedule, the loss) lives in device memory
+(StepValues), so that one step's launches can be recorded once per sequence length and replayed
+(graphs.py). The loss is summed on the device; the host reads it once per step.
+"""
 import numpy as np
+from numba import cuda
 
-from .arena import zero_device
-from .constants import BETA1, BETA2, LEARNING_RATE, MLP_HIDDEN, N_EMBD, N_LAYER
-from .glibc_rand import logf, powf
-from .launch import (copy_device, copy_to_host, launch_adam_update, launch_attention_backward,
-                     launch_attention_forward, launch_cross_entropy_backward, launch_linear_backward,
-                     launch_matvec, launch_relu_backward, launch_relu_forward, launch_rmsnorm_backward,
-                     launch_rmsnorm_forward, launch_row_add, launch_scaled_softmax, launch_vec_add,
-                     launch_vec_add_inplace)
-
-PROB_FLOOR = np.float32(1e-20)
+from .constants import BETA1, BETA2, BLOCK_SIZE, LEARNING_RATE, MLP_HIDDEN, N_EMBD, N_LAYER
+from .glibc_rand import powf
+from .launch import (copy_device, launch_adam_update, launch_attention_backward, launch_attention_forward,
+                     launch_cross_entropy_backward, launch_linear_backward, launch_loss, launch_matvec,
+                     launch_relu_backward, launch_relu_forward, launch_rmsnorm_backward, launch_rmsnorm_forward,
+                     launch_row_add, launch_scaled_softmax, launch_token_embed, launch_token_row_add,
+                     launch_vec_add, launch_vec_add_inplace, zero_device)
 
 
-def forward_position(model, cache, vocab_size, token_id, pos_id):
+class StepValues:
+    """tokens: the document's tokens (or the sampled prefix); schedule: (lr_t, 1 - beta1^t, 1 - beta2^t);
+    loss: the sum of the positions' -logf(prob)."""
+
+    def __init__(self):
+        self.tokens = cuda.to_device(np.zeros(BLOCK_SIZE + 2, dtype=np.int32))
+        self.schedule = cuda.to_device(np.zeros(3, dtype=np.float32))
+        self.loss = cuda.to_device(np.zeros(1, dtype=np.float32))
+
+    def set_step(self, tokens, step, total_steps):
+        padded = np.zeros(BLOCK_SIZE + 2, dtype=np.int32)
+        padded[:len(tokens)] = tokens
+        self.tokens.copy_to_device(padded)
+        self.schedule.copy_to_device(np.array(adam_schedule(step, total_steps), dtype=np.float32))
+
+    def set_token(self, pos, token_id):
+        self.tokens[pos:pos + 1].copy_to_device(np.array([token_id], dtype=np.int32))
+
+    def mean_loss(self, n):
+        return self.loss.copy_to_host()[0] / np.float32(n)
+
+
+def forward_position(model, cache, vocab_size, sv, pos_id):
+    """Position pos_id's forward pass for the token sv.tokens[pos_id], caching its activations."""
     pos = cache.pos[pos_id]
-    pos.token_id = token_id
-
-    tok_emb = model.wte.data[token_id * N_EMBD:(token_id + 1) * N_EMBD]
     pos_emb = model.wpe.data[pos_id * N_EMBD:(pos_id + 1) * N_EMBD]
-    launch_vec_add(tok_emb, pos_emb, pos.embed_in, N_EMBD)
+    launch_token_embed(model.wte.data, pos_emb, sv.tokens, pos_id, pos.embed_in, N_EMBD)
     launch_rmsnorm_forward(pos.embed_in, pos.x0, N_EMBD)
 
     for layer in range(N_LAYER):
@@ -46,23 +69,14 @@ def forward_position(model, cache, vocab_size, token_id, pos_id):
     launch_matvec(model.lm_head.data, pos.final_hidden(), pos.logits, vocab_size, N_EMBD)
 
 
-def forward_sequence(model, cache, dataset, tokens, n):
-    """Mean cross-entropy over positions 0..n-1, summed on the host in float32 as the C does."""
-    total_loss = np.float32(0.0)
-    host_probs = np.empty(dataset.vocab_size, dtype=np.float32)
+def forward_sequence(model, cache, dataset, sv, n):
+    """Positions 0..n-1 of sv.tokens; sv.loss becomes the sum of -logf(probs[target])."""
+    zero_device(sv.loss)
     for pos in range(n):
         pc = cache.pos[pos]
-        pc.target_id = tokens[pos + 1]
-        forward_position(model, cache, dataset.vocab_size, tokens[pos], pos)
+        forward_position(model, cache, dataset.vocab_size, sv, pos)
         launch_scaled_softmax(pc.logits, pc.probs, 1.0, dataset.vocab_size)
-        copy_to_host(host_probs, pc.probs)
-        total_loss += position_loss(host_probs[pc.target_id])
-    return total_loss / np.float32(n)
-
-
-def position_loss(prob):
-    """-logf(prob) with the C's 1e-20 floor, on the host with glibc's logf."""
-    return -np.float32(logf(max(prob, PROB_FLOOR)))
+        launch_loss(pc.probs, sv.tokens, pos, sv.loss)
 
 
 def zero_attention_accums(cache):
@@ -71,14 +85,14 @@ def zero_attention_accums(cache):
         zero_device(cache.grad_values[layer])
 
 
-def backward_sequence(model, cache, scratch, dataset, n):
-    """Gradients of forward_sequence's loss, accumulated into every Param.grad."""
+def backward_sequence(model, cache, scratch, dataset, sv, n):
+    """Gradients of forward_sequence's mean loss, accumulated into every Param.grad."""
     zero_attention_accums(cache)
     loss_scale = np.float32(1.0) / np.float32(n)
 
     for pos in range(n - 1, -1, -1):
         pc = cache.pos[pos]
-        launch_cross_entropy_backward(pc.probs, scratch.grad_logits, pc.target_id, loss_scale, dataset.vocab_size)
+        launch_cross_entropy_backward(pc.probs, scratch.grad_logits, sv.tokens, pos, loss_scale, dataset.vocab_size)
 
         zero_device(scratch.grad_x)
         launch_linear_backward(model.lm_head.data, pc.final_hidden(), scratch.grad_logits, model.lm_head.grad,
@@ -127,7 +141,7 @@ def backward_sequence(model, cache, scratch, dataset, n):
 
         zero_device(scratch.grad_embed_in)
         launch_rmsnorm_backward(pc.embed_in, scratch.grad_x, scratch.grad_embed_in, N_EMBD)
-        launch_row_add(model.wte.grad[pc.token_id * N_EMBD:(pc.token_id + 1) * N_EMBD], scratch.grad_embed_in, N_EMBD)
+        launch_token_row_add(model.wte.grad, sv.tokens, pos, scratch.grad_embed_in, N_EMBD)
         launch_row_add(model.wpe.grad[pos * N_EMBD:(pos + 1) * N_EMBD], scratch.grad_embed_in, N_EMBD)
 
 
@@ -139,7 +153,13 @@ def adam_schedule(step, total_steps):
     return lr_t, np.float32(1.0) - beta1_pow, np.float32(1.0) - beta2_pow
 
 
-def adam_update_model(model, step, total_steps):
-    lr_t, beta1_corr, beta2_corr = adam_schedule(step, total_steps)
+def adam_update_model(model, sv):
     for param in model.params():
-        launch_adam_update(param.data, param.grad, param.m, param.v, lr_t, beta1_corr, beta2_corr, param.count())
+        launch_adam_update(param.data, param.grad, param.m, param.v, sv.schedule, param.count())
+
+
+def train_step(model, cache, scratch, dataset, sv, n):
+    """One step's launches for a document of n positions: what graphs.py records per n."""
+    forward_sequence(model, cache, dataset, sv, n)
+    backward_sequence(model, cache, scratch, dataset, sv, n)
+    adam_update_model(model, sv)

@@ -22,7 +22,7 @@ def sample_line(sample_idx, sample):
     return b"sample %2d: %s\n" % (sample_idx + 1, sample)
 
 
-def generate_samples(model, cache, dataset, num_samples, temperature, gen, out):
+def generate_samples(model, cache, dataset, sv, num_samples, temperature, gen, out):
     host_probs = np.empty(dataset.vocab_size, dtype=np.float32)
     out.write(b"\n--- inference (new, hallucinated names) ---\n")
     inv_temperature = np.float32(1.0) / np.float32(temperature)
@@ -30,7 +30,8 @@ def generate_samples(model, cache, dataset, num_samples, temperature, gen, out):
         token_id = dataset.bos_id
         sample = bytearray()
         for pos in range(BLOCK_SIZE):
-            forward_position(model, cache, dataset.vocab_size, token_id, pos)
+            sv.set_token(pos, token_id)
+            forward_position(model, cache, dataset.vocab_size, sv, pos)
             pc = cache.pos[pos]
             launch_scaled_softmax(pc.logits, pc.probs, inv_temperature, dataset.vocab_size)
             copy_to_host(host_probs, pc.probs)

@@ -14,7 +14,7 @@ from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_s
 from microgpt_numba.constants import BLOCK_SIZE
 from microgpt_numba.dataset import load_dataset, tokenize_doc
 from microgpt_numba.glibc_rand import GlibcRand
-from microgpt_numba.model import adam_update_model, backward_sequence, forward_sequence
+from microgpt_numba.model import StepValues, train_step
 from microgpt_numba.sample import generate_samples
 
 DOCS = [b"abba", b"cab", b"bcaab", b"ac"]
@@ -49,16 +49,16 @@ def bits(arenas):
 @pytest.fixture(scope="module")
 def reference():
     gen, dataset, arenas, model, cache, scratch = setup()
-    losses = []
+    sv, losses = StepValues(), []
     for step in range(STEPS):
         tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
         n = min(len(tokens) - 1, BLOCK_SIZE)
-        losses.append(forward_sequence(model, cache, dataset, tokens, n))
-        backward_sequence(model, cache, scratch, dataset, n)
-        adam_update_model(model, step, STEPS)
+        sv.set_step(tokens, step, STEPS)
+        train_step(model, cache, scratch, dataset, sv, n)
+        losses.append(sv.mean_loss(n))
     trained = bits(arenas)
     out = Collect()
-    generate_samples(model, cache, dataset, SAMPLES, TEMPERATURE, gen, out)
+    generate_samples(model, cache, dataset, sv, SAMPLES, TEMPERATURE, gen, out)
     samples = [line.split(b": ", 1)[1] for line in out.data.split(b"\n") if line.startswith(b"sample")]
     return losses, trained, samples, bits(arenas)
 

@@ -7,6 +7,7 @@ import numpy_reference as ref
 from microgpt_numba.arena import FloatArena, Model, TrainCache, param_storage_count, train_cache_storage_count
 from microgpt_numba.dataset import load_dataset
 from microgpt_numba.glibc_rand import GlibcRand
+from microgpt_numba.model import StepValues
 from microgpt_numba.sample import generate_samples, sample_from_probs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "microgpt_glibc_rand.txt"
@@ -57,7 +58,7 @@ def test_generate_samples_matches_float64_model():
     for _ in range(len(dataset.docs) - 1 + 2 * model.total_params()):  # the shuffle's and the init's draws
         ref_gen.rand()
     out = Collect()
-    generate_samples(model, cache, dataset, 2, np.float32(0.7), gen, out)
+    generate_samples(model, cache, dataset, StepValues(), 2, np.float32(0.7), gen, out)
 
     expected = [b"", b"--- inference (new, hallucinated names) ---"]
     for sample_idx in range(2):

@@ -13,7 +13,7 @@ from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_s
 from microgpt_numba.constants import BLOCK_SIZE
 from microgpt_numba.dataset import load_dataset, tokenize_doc
 from microgpt_numba.glibc_rand import GlibcRand
-from microgpt_numba.model import adam_update_model, backward_sequence, forward_sequence
+from microgpt_numba.model import StepValues, adam_update_model, backward_sequence, forward_sequence
 
 DOCS = [b"abba", b"cab", b"bcaab", b"ac"]
 
@@ -39,9 +39,12 @@ def step():
     doc = max(dataset.docs, key=len)
     tokens = tokenize_doc(dataset, doc)
     n = min(len(tokens) - 1, BLOCK_SIZE)
-    loss = forward_sequence(model, cache, dataset, tokens, n)
-    backward_sequence(model, cache, scratch, dataset, n)
-    return dict(model=model, weights=weights, tokens=tokens, n=n, loss=loss, grads=host_params(model, "grad"))
+    sv = StepValues()
+    sv.set_step(tokens, 0, 1)
+    forward_sequence(model, cache, dataset, sv, n)
+    backward_sequence(model, cache, scratch, dataset, sv, n)
+    return dict(model=model, weights=weights, tokens=tokens, n=n, loss=sv.mean_loss(n), sv=sv,
+                grads=host_params(model, "grad"))
 
 
 def test_reference_gradient_matches_finite_differences(step):
@@ -83,7 +86,8 @@ def test_adam_update_matches_float64(step):
         p.m.copy_to_device(m0)
         p.v.copy_to_device(v0)
         before[p.name] = (p.data.copy_to_host(), p.grad.copy_to_host(), m0, v0)
-    adam_update_model(model, 3, 10)
+    step["sv"].set_step(step["tokens"], 3, 10)
+    adam_update_model(model, step["sv"])
     for p in model.params():
         data, grad, m0, v0 = (x.astype(np.float64) for x in before[p.name])
         exp_data, exp_m, exp_v = ref.adam(data, grad, m0, v0, 3, 10)
