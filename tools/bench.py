@@ -25,6 +25,9 @@ sys.path.insert(0, str(ROOT))
 from microgpt_numba.logcompare import compare_runs  # noqa: E402
 
 
+RUN_TIMEOUT_S = 300
+
+
 class BenchError(Exception):
     pass
 
@@ -38,7 +41,10 @@ def shared_dir(args):
 
 def timed(cmd, out_dir, name, **kw):
     start = time.perf_counter()
-    result = subprocess.run(cmd, capture_output=True, **kw)
+    try:
+        result = subprocess.run(cmd, capture_output=True, timeout=RUN_TIMEOUT_S, **kw)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"{shlex.join(map(str, cmd))} ran past {RUN_TIMEOUT_S} s")
     wall = time.perf_counter() - start
     (out_dir / f"{name}.log").write_bytes(result.stdout + result.stderr)
     if result.returncode != 0:
@@ -46,7 +52,7 @@ def timed(cmd, out_dir, name, **kw):
     return wall, result.stdout
 
 
-def bench_microgpt(args, out_dir):
+def bench_microgpt(args, out_dir, save):
     shared = shared_dir(args)
     seed, names = shared / "seeds" / "microgpt.cu", shared / "data" / "names.txt"
     for path in (seed, names):
@@ -62,31 +68,40 @@ def bench_microgpt(args, out_dir):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     programs = {"microgpt.cu": [str(exe)]}
     for engine in args.engines:
-        programs[f"numba-{engine}"] = [sys.executable, "-m", "microgpt_numba"] + (["--engine", engine] if engine != "default" else [])
+        engine_flag = ["--engine", engine] if engine != "default" else []
+        programs[f"numba-{engine}"] = [sys.executable, "-m", "microgpt_numba", *engine_flag]
 
     result = {"nvcc": shlex.join(nvcc), "nvcc_s": round(build_s, 2), "runs": {}}
     for prog, cmd in programs.items():
-        tag = prog.replace(".", "_")
-        if prog != "microgpt.cu":
-            result["runs"][prog] = {"cold_start_s": round(timed(cmd + ["--input", str(names), "--steps", "1", "--samples", "0"], out_dir, f"{tag}_cold", env=env)[0], 3)}
-        base, _ = timed(cmd + ["--input", str(names), "--steps", "1", "--samples", "0"], out_dir, f"{tag}_base", env=env)
-        entry = result["runs"].setdefault(prog, {})
-        entry["start_s"] = round(base, 3)
-        for steps in args.steps:
-            wall, stdout = timed(cmd + ["--input", str(names), "--steps", str(steps)], out_dir, f"{tag}_{steps}", env=env)
-            train = wall - base
-            entry[str(steps)] = {"wall_s": round(wall, 3), "train_s": round(train, 3),
-                                 "ms_per_step": round(1e3 * train / steps, 4)}
-            if steps == 1000 and (shared / "anchors" / "microgpt_cu_names_1000.log").is_file():
-                anchor = (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes()
-                entry[str(steps)]["vs_anchor"] = compare_runs(stdout, anchor)
-            if prog != "microgpt.cu":
-                c_stdout = (out_dir / f"microgpt_cu_{steps}.log").read_bytes()
-                entry[str(steps)]["vs_microgpt_cu"] = compare_runs(stdout, c_stdout)
-                c = result["runs"]["microgpt.cu"][str(steps)]
-                entry[str(steps)]["train_ratio_vs_c"] = round(train / c["train_s"], 4) if c["train_s"] > 0 else None
-                entry[str(steps)]["wall_ratio_vs_c"] = round(wall / c["wall_s"], 4)
+        try:
+            time_program(result, prog, cmd, args, out_dir, shared, names, env)
+        except BenchError as exc:  # one program failing still leaves the others' numbers
+            result["runs"].setdefault(prog, {})["error"] = str(exc)
+        save(result)
     return result
+
+
+def time_program(result, prog, cmd, args, out_dir, shared, names, env):
+    """Start-up (1 step, no samples; for us first with a cold kernel cache), then each --steps run."""
+    tag = prog.replace(".", "_")
+    entry = result["runs"].setdefault(prog, {})
+    start_cmd = cmd + ["--input", str(names), "--steps", "1", "--samples", "0"]
+    if prog != "microgpt.cu":
+        entry["cold_start_s"] = round(timed(start_cmd, out_dir, f"{tag}_cold", env=env)[0], 3)
+    base, _ = timed(start_cmd, out_dir, f"{tag}_base", env=env)
+    entry["start_s"] = round(base, 3)
+    for steps in args.steps:
+        wall, stdout = timed(cmd + ["--input", str(names), "--steps", str(steps)], out_dir, f"{tag}_{steps}", env=env)
+        train = wall - base
+        r = entry[str(steps)] = {"wall_s": round(wall, 3), "train_s": round(train, 3),
+                                 "ms_per_step": round(1e3 * train / steps, 4)}
+        if steps == 1000 and (shared / "anchors" / "microgpt_cu_names_1000.log").is_file():
+            r["vs_anchor"] = compare_runs(stdout, (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes())
+        if prog != "microgpt.cu":
+            r["vs_microgpt_cu"] = compare_runs(stdout, (out_dir / f"microgpt_cu_{steps}.log").read_bytes())
+            c = result["runs"]["microgpt.cu"][str(steps)]
+            r["train_ratio_vs_c"] = round(train / c["train_s"], 4) if c["train_s"] > 0 else None
+            r["wall_ratio_vs_c"] = round(wall / c["wall_s"], 4)
 
 
 def microgpt_markdown(result):
@@ -94,6 +109,8 @@ def microgpt_markdown(result):
              "| program | steps | wall s | train s | ms/step | train ratio vs C | wall ratio vs C | losses equal (4 dp) | max loss diff | samples identical |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for prog, runs in result["runs"].items():
+        if "error" in runs:
+            lines.append(f"| {prog} | error: {runs['error']} | | | | | | | | |")
         for steps, r in runs.items():
             if not steps.isdigit():
                 continue
@@ -124,13 +141,17 @@ def main(argv=None):
         if json_path.exists() or md_path.exists():
             raise BenchError(f"{out_dir} already holds bench_{args.entry} results; pass a new --out folder")
         run, markdown = ENTRIES[args.entry]
-        result = run(args, out_dir)
+        command = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
+
+        def save(result):  # after each program, so a run cut short still leaves what it measured
+            result["command"] = command
+            json_path.write_text(json.dumps(result, indent=1) + "\n")
+            md_path.write_text(f"# bench {args.entry}\n\n`{command}`\n\n{markdown(result)}\n")
+
+        save(run(args, out_dir, save))
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
-    result["command"] = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
-    md_path.write_text(f"# bench {args.entry}\n\n`{result['command']}`\n\n{markdown(result)}\n")
     print(md_path.read_text())
     print(f"results in {out_dir}")
     return 0

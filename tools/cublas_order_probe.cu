@@ -1,7 +1,8 @@
 // Which summation order does cuBLAS use for microgpt.cu's sgemv/sger shapes?
 // For each shape (rows x cols, as microgpt.cu calls them) and random inputs, compares cuBLAS's
-// bits with candidate orders computed here: the reduction split S ways (lane l sums k = l, l+S, ...
-// with fma), then combined by a shfl_down tree or sequentially. Prints, per op and shape, how many
+// bits with candidate orders computed here: the reduction split S ways, lane l summing with fma
+// either k = l, l+S, ... (strided) or its own contiguous chunk of K/S (chunked), then the S partial
+// sums combined by a shfl_down-style tree or sequentially. Prints, per op and shape, how many
 // outputs each candidate reproduces exactly. Build: nvcc -O3 -arch=sm_90 tools/cublas_order_probe.cu -lcublas
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 
 #define MAXK 64
-#define NCAND 12
+#define NCAND 24
 
 // out[c * n + i]: candidate c for output i; reduction of a[i, k] * b[k] over k < K.
 // a is addressed as a[i * sa + k * sk].
@@ -18,12 +19,18 @@ __global__ void candidates(const float *a, const float *b, float *out, int n, in
     if (i >= n) return;
     float base = init ? init[i] : 0.0f;
     int splits[6] = {1, 2, 4, 8, 16, 32};
-    for (int s = 0; s < 6; ++s) {
+    for (int c = 0; c < 12; ++c) {
+        int s = c % 6, chunked = c / 6;
         int S = splits[s];
         float part[32];
         for (int l = 0; l < S; ++l) {
             float acc = 0.0f;
-            for (int k = l; k < K; k += S) acc = fmaf(a[i * sa + k * sk], b[k], acc);
+            if (chunked) {
+                int len = (K + S - 1) / S;
+                for (int k = l * len; k < (l + 1) * len && k < K; ++k) acc = fmaf(a[i * sa + k * sk], b[k], acc);
+            } else {
+                for (int k = l; k < K; k += S) acc = fmaf(a[i * sa + k * sk], b[k], acc);
+            }
             part[l] = acc;
         }
         // tree (shfl_down style): part[l] += part[l + width]
@@ -33,8 +40,8 @@ __global__ void candidates(const float *a, const float *b, float *out, int n, in
             for (int l = 0; l < w; ++l) tree[l] = __fadd_rn(tree[l], tree[l + w]);
         float seq = part[0];
         for (int l = 1; l < S; ++l) seq = __fadd_rn(seq, part[l]);
-        out[(2 * s) * n + i] = init ? __fadd_rn(tree[0], base) : tree[0];
-        out[(2 * s + 1) * n + i] = init ? __fadd_rn(seq, base) : seq;
+        out[(2 * c) * n + i] = init ? __fadd_rn(tree[0], base) : tree[0];
+        out[(2 * c + 1) * n + i] = init ? __fadd_rn(seq, base) : seq;
     }
 }
 
@@ -86,9 +93,9 @@ int main(void) {
             total_g += rows * cols;
         }
         printf("shape rows=%d cols=%d\n  sgemv_T (matvec) exact matches of %ld:", rows, cols, total_t);
-        for (int c = 0; c < NCAND; ++c) printf(" S%d%s=%ld", 1 << (c / 2), c % 2 ? "seq" : "tree", match_t[c]);
+        for (int c = 0; c < NCAND; ++c) printf(" %s%d%s=%ld", c >= 12 ? "chunk" : "stride", 1 << ((c / 2) % 6), c % 2 ? "seq" : "tree", match_t[c]);
         printf("\n  sgemv_N (backward) exact matches of %ld:", total_n);
-        for (int c = 0; c < NCAND; ++c) printf(" S%d%s=%ld", 1 << (c / 2), c % 2 ? "seq" : "tree", match_n[c]);
+        for (int c = 0; c < NCAND; ++c) printf(" %s%d%s=%ld", c >= 12 ? "chunk" : "stride", 1 << ((c / 2) % 6), c % 2 ? "seq" : "tree", match_n[c]);
         printf("\n  sger exact matches of %ld: fma=%ld mul_then_add=%ld\n", total_g, match_g[0], match_g[1]);
     }
     cublasDestroy(h);
