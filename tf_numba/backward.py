@@ -3,8 +3,15 @@ backward. Gradients accumulate into the gradients arena, which the caller zeroes
 import numpy as np
 
 from . import kernels as K
-from .kernels import launch
+from . import launch
 from .probe import NO_PROBE
+
+
+def fc_back(m, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
+    """tf_fc_back: the input gradient is a tf_matmul, the parameter gradients element-wise."""
+    launch.matmul(dL_dout, weight, True, m.zeros, dL_din, m.rows(T), T, m.fused)
+    launch.elementwise(K.tf_fc_back, dL_dbias.shape[0] + dL_dweight.size, inp, dL_dout, dL_dweight, dL_dbias,
+                       T, m.fused)
 
 
 def backward(m, T, probe=NO_PROBE):
@@ -15,20 +22,22 @@ def backward(m, T, probe=NO_PROBE):
     probe.start()
 
     # dL/dlogits = p - onehot: a copy of the probabilities, then the loss kernel edits it.
-    b.unembedding.out[:T].copy_to_device(a.unembedding.out[:T])
-    K.tf_loss[1, 1](b.unembedding.out, m.tokens[1:], b.loss, T)
+    launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out[:T].reshape(-1), a.unembedding.out[:T].reshape(-1))
+    launch.blocks(K.tf_loss, 1, 1, 0, b.unembedding.out, m.tokens[1:], b.loss, T)
     probe.time("unembedding")
     probe.sum("backward.loss", b.loss, 1)
 
     r_input_size = np.float32(1.0) / np.float32(T)
-    launch(K.tf_unembedding_back, V * D + T * D, b.unembedding.out, a.ln_f.out, p.wte.weight,
-           g.wte.weight, b.ln_f.out, r_input_size, T, fused)
+    launch.matmul(b.unembedding.out, p.wte.weight, False, m.zeros, b.ln_f.out, m.rows(T), T, fused,
+                  scale=r_input_size)
+    launch.elementwise(K.tf_unembedding_back, V * D, b.unembedding.out, a.ln_f.out, g.wte.weight, r_input_size,
+                       T, fused)
     probe.time("unembedding")
     probe.sum("backward.unembedding.wte", g.wte.weight, V * D)
     probe.sum("backward.ln_f.out", b.ln_f.out, T * D)
 
-    launch(K.tf_ln_back, D + T, p.ln_f.weight, a.h[L - 1].res_2.out, a.ln_f.r_std, a.ln_f.mean,
-           b.ln_f.out, g.ln_f.weight, g.ln_f.bias, b.res_2.out, T, fused)
+    launch.ln_back(p.ln_f.weight, a.h[L - 1].res_2.out, a.ln_f.r_std, a.ln_f.mean, b.ln_f.out,
+                   g.ln_f.weight, g.ln_f.bias, b.res_2.out, T, fused)
     probe.time("ln_f")
     probe.sum("backward.ln_f.weight", g.ln_f.weight, D)
     probe.sum("backward.ln_f.bias", g.ln_f.bias, D)
@@ -39,66 +48,67 @@ def backward(m, T, probe=NO_PROBE):
         top = layer_i == L - 1
         layer_in = a.embedding.out if layer_i == 0 else a.h[layer_i - 1].res_2.out
 
-        launch(K.tf_fc_back, D + 4 * D * D + T * 4 * D, w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out,
-               gw.mlp.c_proj.weight, gw.mlp.c_proj.bias, b.mlp.gelu.out, T, fused)
+        fc_back(m, w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight, gw.mlp.c_proj.bias,
+                b.mlp.gelu.out, T)
         probe.time("mlp.c_proj")
         if top:
             probe.sum(f"backward.{last}.mlp.c_proj.weight", gw.mlp.c_proj.weight, 4 * D * D)
             probe.sum(f"backward.{last}.mlp.c_proj.bias", gw.mlp.c_proj.bias, D)
             probe.sum(f"backward.{last}.mlp.gelu.out", b.mlp.gelu.out, T * 4 * D)
 
-        launch(K.tf_gelu_back, T * 4 * D, x.mlp.c_fc.out, b.mlp.gelu.out, b.mlp.c_fc.out, T, fused)
+        launch.elementwise(K.tf_gelu_back, T * 4 * D, x.mlp.c_fc.out, b.mlp.gelu.out, b.mlp.c_fc.out, T, fused)
         probe.time("mlp.gelu")
         if top:
             probe.sum(f"backward.{last}.mlp.c_fc.out", b.mlp.c_fc.out, T * 4 * D)
 
-        launch(K.tf_fc_back, 4 * D + D * 4 * D + T * D, w.mlp.c_fc.weight, x.ln_2.out, b.mlp.c_fc.out,
-               gw.mlp.c_fc.weight, gw.mlp.c_fc.bias, b.ln_2.out, T, fused)
+        fc_back(m, w.mlp.c_fc.weight, x.ln_2.out, b.mlp.c_fc.out, gw.mlp.c_fc.weight, gw.mlp.c_fc.bias,
+                b.ln_2.out, T)
         probe.time("mlp.c_fc")
         if top:
             probe.sum(f"backward.{last}.mlp.c_fc.weight", gw.mlp.c_fc.weight, D * 4 * D)
             probe.sum(f"backward.{last}.mlp.c_fc.bias", gw.mlp.c_fc.bias, 4 * D)
             probe.sum(f"backward.{last}.ln_2.out", b.ln_2.out, T * D)
 
-        launch(K.tf_ln_back, D + T, w.ln_2.weight, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, b.ln_2.out,
-               gw.ln_2.weight, gw.ln_2.bias, b.res_2.in_2, T, fused)
+        launch.ln_back(w.ln_2.weight, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, b.ln_2.out,
+                       gw.ln_2.weight, gw.ln_2.bias, b.res_2.in_2, T, fused)
         probe.time("ln_2")
         if top:
             probe.sum(f"backward.{last}.ln_2.weight", gw.ln_2.weight, D)
             probe.sum(f"backward.{last}.ln_2.bias", gw.ln_2.bias, D)
             probe.sum(f"backward.{last}.res_2.in_2", b.res_2.in_2, T * D)
 
-        launch(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, T)
+        launch.elementwise(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, T)
         probe.time("res_2")
         if top:
             probe.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
 
-        launch(K.tf_fc_back, D + D * D + T * D, w.attn.c_proj.weight, x.attn.z.out, b.res_1.out,
-               gw.attn.c_proj.weight, gw.attn.c_proj.bias, b.attn.z.out, T, fused)
+        fc_back(m, w.attn.c_proj.weight, x.attn.z.out, b.res_1.out, gw.attn.c_proj.weight, gw.attn.c_proj.bias,
+                b.attn.z.out, T)
         probe.time("attn.c_proj")
         if top:
             probe.sum(f"backward.{last}.attn.c_proj.weight", gw.attn.c_proj.weight, D * D)
             probe.sum(f"backward.{last}.attn.c_proj.bias", gw.attn.c_proj.bias, D)
             probe.sum(f"backward.{last}.attn.z", b.attn.z.out, T * D)
 
-        launch(K.tf_attn_back_dot, H * T * T, b.attn.z.out, x.attn.c_attn.out, b.attn.softmax.out, T, d_k, fused)
-        launch(K.tf_attn_back_softmax, H * T, x.attn.softmax.out, b.attn.softmax.out, T, fused)
-        launch(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
-               b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
+        launch.elementwise(K.tf_attn_back_dot, H * T * T, b.attn.z.out, x.attn.c_attn.out, b.attn.softmax.out,
+                           T, d_k, fused)
+        launch.elementwise(K.tf_attn_back_softmax, H * T, x.attn.softmax.out, b.attn.softmax.out, T, fused)
+        launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
+                           b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
         probe.time("attn.z")
         if top:
             probe.sum(f"backward.{last}.attn.c_attn.out", b.attn.c_attn.out, T * 3 * D)
 
-        launch(K.tf_fc_back, 3 * D + D * 3 * D + T * D, w.attn.c_attn.weight, x.ln_1.out, b.attn.c_attn.out,
-               gw.attn.c_attn.weight, gw.attn.c_attn.bias, b.ln_1.out, T, fused)
+        fc_back(m, w.attn.c_attn.weight, x.ln_1.out, b.attn.c_attn.out, gw.attn.c_attn.weight,
+                gw.attn.c_attn.bias, b.ln_1.out, T)
         probe.time("attn.c_attn")
         if top:
             probe.sum(f"backward.{last}.attn.c_attn.weight", gw.attn.c_attn.weight, D * 3 * D)
             probe.sum(f"backward.{last}.attn.c_attn.bias", gw.attn.c_attn.bias, 3 * D)
             probe.sum(f"backward.{last}.ln_1.out", b.ln_1.out, T * D)
 
-        launch(K.tf_ln_back, D + T, w.ln_1.weight, layer_in, x.ln_1.r_std, x.ln_1.mean, b.ln_1.out,
-               gw.ln_1.weight, gw.ln_1.bias, b.res_1.in_2, T, fused)
+        launch.ln_back(w.ln_1.weight, layer_in, x.ln_1.r_std, x.ln_1.mean, b.ln_1.out,
+                       gw.ln_1.weight, gw.ln_1.bias, b.res_1.in_2, T, fused)
         probe.time("ln_1")
         if top:
             probe.sum(f"backward.{last}.ln_1.weight", gw.ln_1.weight, D)
@@ -106,12 +116,12 @@ def backward(m, T, probe=NO_PROBE):
             probe.sum(f"backward.{last}.res_1.in_2", b.res_1.in_2, T * D)
 
         below = b.embedding.out if layer_i == 0 else b.res_2.out
-        launch(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, T)
+        launch.elementwise(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, T)
         probe.time("res_1")
         if top:  # tf.c sums res_2.out here, also when (one layer) the add wrote the embedding's
             probe.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)
 
-    launch(K.tf_embedding_back, D, b.embedding.out, m.tokens, g.wte.weight, g.wpe.weight, T)
+    launch.elementwise(K.tf_embedding_back, D, b.embedding.out, m.tokens, g.wte.weight, g.wpe.weight, T)
     probe.time("embedding")
     probe.sum("backward.wte", g.wte.weight, V * D)
     probe.sum("backward.wpe", g.wpe.weight, T * D)

@@ -99,6 +99,8 @@ TF_C_SUMS = [float.fromhex(h) for h in """
 def c_hex(x: float) -> str:
     """x as C's printf("%a") writes it (Python's float.hex pads the mantissa with zeros)."""
     h = float(x).hex()
+    if "p" not in h:  # inf, nan
+        return h
     mantissa, exponent = h.split("p")
     if "." in mantissa:
         mantissa = mantissa.rstrip("0").rstrip(".")

@@ -1,7 +1,7 @@
 """One kernel per tf.c routine or loop nest, each thread owning whole output elements.
 
-Kernels walk their elements in a grid-stride loop: on the GPU the launch gives one thread per
-element, in the simulator one thread walks them all (see `launch`).
+Element-wise kernels walk their elements in a grid-stride loop: on the GPU the launch gives one
+thread per element, in the simulator one thread walks them all (see launch.py).
 
 tf.c's numbers depend on the order of every float32 accumulation, so a thread computes one
 output's sum alone, in the C loop's order: dot products start from the bias (or 0) with k
@@ -20,7 +20,6 @@ from numba import config, cuda
 from .fp import erff, expf, logf, mad, mul, sqrtf
 
 f32 = np.float32
-BLOCK = 128
 SQRT1_2 = f32(math.sqrt(0.5))  # (float)M_SQRT1_2
 R_SQRT_2PI = f32(1.0) / np.sqrt(f32(2.0) * f32(math.pi))  # 1.0f / sqrtf(2.0f * (float)M_PI)
 HALF = f32(0.5)
@@ -28,12 +27,30 @@ ONE = f32(1.0)
 ZERO = f32(0.0)
 EPS = f32(1e-5)
 
+# Block geometry. It decides which thread computes an output, never the order of a sum, so
+# results do not depend on it; the simulator (a Python thread per CUDA thread) gets small blocks.
+if config.ENABLE_CUDASIM:
+    LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 8, 8, 8
+    TILE_J, TILE_R, TILE_S = 32, 8, 256
+else:
+    LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 128, 256, 1024
+    TILE_J = 64  # tf_matmul: outputs j per block, one per thread
+    TILE_R = 8  # rows i per thread
+    TILE_S = 32  # summation indices staged in shared memory at a time
+
 
 @cuda.jit
 def tf_memset(out, value):
     """memset of a flat float array (value 0, or a poison pattern for scratch)."""
     for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
         out[i] = value
+
+
+@cuda.jit
+def tf_memcpy(out, inp):
+    """memcpy between flat float arrays of one length."""
+    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        out[i] = inp[i]
 
 
 @cuda.jit
@@ -53,62 +70,142 @@ def tf_add(in_1, in_2, out, T):
         out[i, k] = in_1[i, k] + in_2[i, k]
 
 
+LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
+
+
+@cuda.jit(device=True)
+def sequential_sum(x, n):
+    """x[0] + x[1] + ... in order, in float32 (loads four at a time so they overlap)."""
+    total = ZERO
+    k = 0
+    while k + 4 <= n:
+        a0, a1, a2, a3 = x[k], x[k + 1], x[k + 2], x[k + 3]
+        total += a0
+        total += a1
+        total += a2
+        total += a3
+        k += 4
+    while k < n:
+        total += x[k]
+        k += 1
+    return total
+
+
+@cuda.jit(device=True)
+def sequential_mad(x, y, n, fused):
+    """sum over k in order of x[k] * y[k], in float32, each step fused or not."""
+    total = ZERO
+    k = 0
+    while k + 4 <= n:
+        a0, a1, a2, a3 = x[k], x[k + 1], x[k + 2], x[k + 3]
+        b0, b1, b2, b3 = y[k], y[k + 1], y[k + 2], y[k + 3]
+        total = mad(fused, a0, b0, total)
+        total = mad(fused, a1, b1, total)
+        total = mad(fused, a2, b2, total)
+        total = mad(fused, a3, b3, total)
+        k += 4
+    while k < n:
+        total = mad(fused, x[k], y[k], total)
+        k += 1
+    return total
+
+
 @cuda.jit
 def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
-    """Layer norm, one thread per sample: mean, variance and the outputs in tf.c's order."""
+    """Layer norm, one block per sample: the block stages the row in shared memory, one thread
+    sums it in tf.c's order (mean, then squared differences), every thread writes outputs."""
+    i = cuda.blockIdx.x
+    t = cuda.threadIdx.x
     D = inp.shape[1]
-    for i in range(cuda.grid(1), T, cuda.gridsize(1)):
-        total = ZERO
-        for k in range(D):
-            total += inp[i, k]
-        m = total / f32(D)
-        mean[i] = m
-        total_diff_squared = ZERO
-        for k in range(D):
-            diff = inp[i, k] - m
-            total_diff_squared = mad(fused, diff, diff, total_diff_squared)
-        variance = total_diff_squared / f32(D)
+    row = cuda.shared.array(2 * LN_D_MAX, np.float32)  # D values, then the D differences
+    stats = cuda.shared.array(2, np.float32)
+    for k in range(t, D, LN_THREADS):
+        row[k] = inp[i, k]
+    cuda.syncthreads()
+    if t == 0:
+        m = sequential_sum(row, D) / f32(D)
+        stats[0] = m
+    cuda.syncthreads()
+    m = stats[0]
+    for k in range(t, D, LN_THREADS):
+        row[D + k] = row[k] - m
+    cuda.syncthreads()
+    if t == 0:
+        diff = row[D:]
+        variance = sequential_mad(diff, diff, D, fused) / f32(D)
         r = ONE / sqrtf(variance + EPS)
+        stats[1] = r
+        mean[i] = m
         r_std[i] = r
-        for k in range(D):
-            n = mul(inp[i, k] - m, r)
-            out[i, k] = mad(fused, n, weight[k], bias[k])
+    cuda.syncthreads()
+    r = stats[1]
+    for k in range(t, D, LN_THREADS):
+        n = mul(row[D + k], r)
+        out[i, k] = mad(fused, n, weight[k], bias[k])
+
+
 
 
 @cuda.jit
-def tf_fc(weight, bias, inp, out, T, fused):
-    """out[i, u] = bias[u] + sum over k ascending of in[i, k] * weight[k, u]."""
-    U = out.shape[1]
-    for idx in range(cuda.grid(1), T * U, cuda.gridsize(1)):
-        i, u = idx // U, idx % U
-        acc = bias[u]
-        for k in range(inp.shape[1]):
-            acc = mad(fused, inp[i, k], weight[k, u], acc)
-        out[i, u] = acc
+def tf_matmul(a, b, b_by_output, init, out, rows, scale, scaled, fused):
+    """out[i, j] = init[j] + sum over s ascending of a[i, s] * B(s, j), for rows
+    rows[0] <= i < rows[1], then times scale when `scaled`. B(s, j) is b[s, j] (tf_fc's weight
+    (in, out); wte in the unembedding backward) or, with b_by_output, b[j, s] (the weight as
+    tf_fc_back reads it; wte in the unembedding). Each output's sum runs alone in one thread,
+    in tf.c's order: tiles only stage a and b in shared memory so that a thread reuses one b
+    value for TILE_R rows. Dot products that tf.c starts from 0 pass init = zeros."""
+    tj = cuda.threadIdx.x
+    j0 = cuda.blockIdx.x * TILE_J
+    i0 = rows[0] + cuda.blockIdx.y * TILE_R
+    i_end = rows[1]
+    J, S = out.shape[1], a.shape[1]
+    j = j0 + tj
+    sa = cuda.shared.array((TILE_R, TILE_S), np.float32)
+    sb = cuda.shared.array((TILE_S, TILE_J), np.float32)
+    acc = cuda.local.array(TILE_R, np.float32)
+    start = init[j] if j < J else ZERO
+    for r in range(TILE_R):
+        acc[r] = start
+    for s0 in range(0, S, TILE_S):
+        for q in range(tj, TILE_R * TILE_S, TILE_J):
+            r, ss = q // TILE_S, q % TILE_S
+            if i0 + r < i_end and s0 + ss < S:
+                sa[r, ss] = a[i0 + r, s0 + ss]
+        for q in range(tj, TILE_S * TILE_J, TILE_J):
+            if b_by_output:  # consecutive threads read along s, b's rows
+                jj, ss = q // TILE_S, q % TILE_S
+                if j0 + jj < J and s0 + ss < S:
+                    sb[ss, jj] = b[j0 + jj, s0 + ss]
+            else:  # consecutive threads read along j, b's rows
+                ss, jj = q // TILE_J, q % TILE_J
+                if j0 + jj < J and s0 + ss < S:
+                    sb[ss, jj] = b[s0 + ss, j0 + jj]
+        cuda.syncthreads()
+        for ss in range(min(TILE_S, S - s0)):
+            w = sb[ss, tj]
+            for r in range(TILE_R):
+                acc[r] = mad(fused, sa[r, ss], w, acc[r])
+        cuda.syncthreads()
+    if j < J:
+        for r in range(TILE_R):
+            if i0 + r < i_end:
+                out[i0 + r, j] = mul(acc[r], scale) if scaled else acc[r]
 
 
 @cuda.jit
-def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
-    """tf_fc_back's three results in one launch: elements [0, T*K) are input gradients (dot
-    products over outputs u ascending, from 0; the longest loops, so they start first), the
-    next U bias gradients and the last K*U weight gradients (sums over samples i ascending,
-    into what is there)."""
-    K, U = weight.shape[0], weight.shape[1]
-    for idx in range(cuda.grid(1), T * K + U + K * U, cuda.gridsize(1)):
-        if idx < T * K:
-            i, k = idx // K, idx % K
-            dot = ZERO
-            for u in range(U):
-                dot = mad(fused, dL_dout[i, u], weight[k, u], dot)
-            dL_din[i, k] = dot
-        elif idx < T * K + U:
-            u = idx - T * K
-            acc = dL_dbias[u]
+def tf_fc_back(inp, dL_dout, dL_dweight, dL_dbias, T, fused):
+    """tf_fc_back's parameter gradients (its input gradient is a tf_matmul): elements [0, U)
+    are bias gradients, the next K*U weight gradients, each a sum over samples i ascending
+    into what is there."""
+    K, U = dL_dweight.shape[0], dL_dweight.shape[1]
+    for idx in range(cuda.grid(1), U + K * U, cuda.gridsize(1)):
+        if idx < U:
+            acc = dL_dbias[idx]
             for i in range(T):
-                acc += dL_dout[i, u]
-            dL_dbias[u] = acc
+                acc += dL_dout[i, idx]
+            dL_dbias[idx] = acc
         else:
-            k, u = (idx - T * K - U) // U, (idx - T * K - U) % U
+            k, u = (idx - U) // U, (idx - U) % U
             acc = dL_dweight[k, u]
             for i in range(T):
                 acc = mad(fused, dL_dout[i, u], inp[i, k], acc)
@@ -117,38 +214,43 @@ def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
 
 @cuda.jit
 def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
-    """tf_ln_back in one launch: elements [0, D) are weight and bias gradients (sums over
-    samples i ascending); the next T are samples (partial sums, then the input gradient)."""
+    """tf_ln_back. Blocks [0, T) take one sample each: the block stages dL/din_norm and in_norm
+    in shared memory, one thread forms the two partial sums in order, every thread writes input
+    gradients. The blocks after them own weight and bias gradients (sums over samples i
+    ascending), one feature per thread."""
+    t = cuda.threadIdx.x
     D = inp.shape[1]
-    for idx in range(cuda.grid(1), D + T, cuda.gridsize(1)):
-        if idx < D:
-            dw = dL_dweight[idx]
-            db = dL_dbias[idx]
+    if cuda.blockIdx.x >= T:
+        k = (cuda.blockIdx.x - T) * LN_THREADS + t
+        if k < D:
+            dw = dL_dweight[k]
+            db = dL_dbias[k]
             for i in range(T):
-                in_norm = mul(inp[i, idx] - mean[i], r_std[i])
-                dw = mad(fused, dL_dout[i, idx], in_norm, dw)
-                db += dL_dout[i, idx]
-            dL_dweight[idx] = dw
-            dL_dbias[idx] = db
-            continue
-        i = idx - D
-        r, m = r_std[i], mean[i]
-        mean_partial = ZERO
-        var_partial = ZERO
-        for k in range(D):
-            dL_din_norm = mul(dL_dout[i, k], weight[k])
-            in_norm = mul(inp[i, k] - m, r)
-            mean_partial += dL_din_norm
-            var_partial = mad(fused, dL_din_norm, in_norm, var_partial)
-        mean_partial /= f32(D)
-        var_partial /= f32(D)
-        for k in range(D):
-            dL_din_norm = mul(dL_dout[i, k], weight[k])
-            in_norm = mul(inp[i, k] - m, r)
-            acc = ZERO + dL_din_norm
-            acc -= mean_partial
-            acc = mad(fused, -var_partial, in_norm, acc)
-            dL_din[i, k] = mul(acc, r)
+                in_norm = mul(inp[i, k] - mean[i], r_std[i])
+                dw = mad(fused, dL_dout[i, k], in_norm, dw)
+                db += dL_dout[i, k]
+            dL_dweight[k] = dw
+            dL_dbias[k] = db
+        return
+    i = cuda.blockIdx.x
+    r, m = r_std[i], mean[i]
+    staged = cuda.shared.array(2 * LN_D_MAX, np.float32)  # D values dL/din_norm, then D in_norm
+    partial = cuda.shared.array(2, np.float32)
+    for k in range(t, D, LN_THREADS):
+        staged[k] = mul(dL_dout[i, k], weight[k])
+        staged[D + k] = mul(inp[i, k] - m, r)
+    cuda.syncthreads()
+    if t == 0:
+        dL_din_norm, in_norm = staged[:D], staged[D:]
+        partial[0] = sequential_sum(dL_din_norm, D) / f32(D)
+        partial[1] = sequential_mad(dL_din_norm, in_norm, D, fused) / f32(D)
+    cuda.syncthreads()
+    mean_partial, var_partial = partial[0], partial[1]
+    for k in range(t, D, LN_THREADS):
+        acc = ZERO + staged[k]
+        acc -= mean_partial
+        acc = mad(fused, -var_partial, staged[D + k], acc)
+        dL_din[i, k] = mul(acc, r)
 
 
 @cuda.jit
@@ -209,27 +311,10 @@ def tf_gelu(inp, out, T):
 
 
 @cuda.jit
-def tf_unembedding(wte, inp, out, row_0, T, fused):
-    """Logits out[i, v] = wte[v] . in[i], the dot over k ascending from 0, rows row_0..T-1.
-    Consecutive threads share v, so a warp reads one row of wte."""
-    V, D = wte.shape[0], wte.shape[1]
-    rows = T - row_0
-    for idx in range(cuda.grid(1), rows * V, cuda.gridsize(1)):
-        v, i = idx // rows, row_0 + idx % rows
-        dot = ZERO
-        for k in range(D):
-            dot = mad(fused, wte[v, k], inp[i, k], dot)
-        out[i, v] = dot
-
-
-SOFTMAX_THREADS = 256
-
-
-@cuda.jit
-def tf_unembedding_softmax(out, row_0):
-    """Softmax of row row_0 + blockIdx: the block finds the max (exact in any order) and the
+def tf_unembedding_softmax(out, rows):
+    """Softmax of row rows[0] + blockIdx: the block finds the max (exact in any order) and the
     exps; one thread sums them in tf.c's order; the block scales by the reciprocal."""
-    i = row_0 + cuda.blockIdx.x
+    i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
     partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
@@ -250,37 +335,33 @@ def tf_unembedding_softmax(out, row_0):
         out[i, v] = expf(out[i, v] - softmax_max)
     cuda.syncthreads()
     if t == 0:
-        softmax_exp_sum = ZERO
-        for v in range(V):
-            softmax_exp_sum += out[i, v]
-        partial[1] = ONE / softmax_exp_sum
+        partial[1] = ONE / sequential_sum(out[i], V)
     cuda.syncthreads()
     r_softmax_exp_sum = partial[1]
     for v in range(t, V, SOFTMAX_THREADS):
         out[i, v] = mul(out[i, v], r_softmax_exp_sum)
 
 
-ARGMAX_THREADS = 1024
-
-
 @cuda.jit
-def tf_argmax(out, row, tokens, position):
-    """tokens[position] = the first index of the largest probability in out[row] (tf.c keeps
-    the first of equal maxima): each thread scans a stride, then the block keeps the larger
-    value, or on a tie the smaller index. One block."""
+def tf_argmax(out, rows, tokens):
+    """Generation's next token: tokens[end] = the first index of the largest probability in
+    row end - 1 (tf.c keeps the first of equal maxima), where rows = [end - 1, end]; then
+    rows advances by one on the device. Each thread scans a stride, then the block keeps the
+    larger value, or on a tie the smaller index. One block."""
     t = cuda.threadIdx.x
+    end = rows[1]
     value = cuda.shared.array(ARGMAX_THREADS, np.float32)
     index = cuda.shared.array(ARGMAX_THREADS, np.int32)
     V = out.shape[1]
     best = -1
     for v in range(t, V, ARGMAX_THREADS):
-        if best < 0 or out[row, v] > out[row, best]:
+        if best < 0 or out[end - 1, v] > out[end - 1, best]:
             best = v
     if best < 0:  # a thread past the vocabulary
         value[t] = -np.inf
         index[t] = V
     else:
-        value[t] = out[row, best]
+        value[t] = out[end - 1, best]
         index[t] = best
     cuda.syncthreads()
     step = ARGMAX_THREADS // 2
@@ -293,7 +374,9 @@ def tf_argmax(out, row, tokens, position):
         cuda.syncthreads()
         step //= 2
     if t == 0:
-        tokens[position] = index[0]
+        tokens[end] = index[0]
+        rows[0] = end
+        rows[1] = end + 1
 
 
 @cuda.jit
@@ -312,24 +395,16 @@ def tf_loss(probs, expected, loss, T):
 
 
 @cuda.jit
-def tf_unembedding_back(dL_dout, inp, wte, dL_dwte, dL_din, r_input_size, T, fused):
-    """Unembedding backward in one launch: elements [0, T*D) are input gradients (over v
-    ascending from 0, then scaled by 1/input_size; the longest loops, so they start first),
-    the next V*D wte gradients (sums over samples i ascending, into what is there)."""
-    V, D = wte.shape[0], wte.shape[1]
-    for idx in range(cuda.grid(1), T * D + V * D, cuda.gridsize(1)):
-        if idx < T * D:
-            i, k = idx // D, idx % D
-            acc = ZERO
-            for v in range(V):
-                acc = mad(fused, dL_dout[i, v], wte[v, k], acc)
-            dL_din[i, k] = mul(acc, r_input_size)
-        else:
-            v, k = (idx - T * D) // D, (idx - T * D) % D
-            acc = dL_dwte[v, k]
-            for i in range(T):
-                acc = mad(fused, mul(dL_dout[i, v], inp[i, k]), r_input_size, acc)
-            dL_dwte[v, k] = acc
+def tf_unembedding_back(dL_dout, inp, dL_dwte, r_input_size, T, fused):
+    """The unembedding backward's wte gradient (its input gradient is a tf_matmul): a sum over
+    samples i ascending, into what is there."""
+    V, D = dL_dwte.shape[0], dL_dwte.shape[1]
+    for idx in range(cuda.grid(1), V * D, cuda.gridsize(1)):
+        v, k = idx // D, idx % D
+        acc = dL_dwte[v, k]
+        for i in range(T):
+            acc = mad(fused, mul(dL_dout[i, v], inp[i, k]), r_input_size, acc)
+        dL_dwte[v, k] = acc
 
 
 @cuda.jit
@@ -401,17 +476,3 @@ def tf_embedding_back(dL_dout, tokens, dL_dwte, dL_dwpe, T):
         for i in range(T):
             dL_dwte[tokens[i], k] += dL_dout[i, k]
             dL_dwpe[i, k] += dL_dout[i, k]
-
-
-if config.ENABLE_CUDASIM:
-
-    def launch(kernel, n, *args):
-        """In the simulator every thread is a Python thread: one thread walks all n elements."""
-        kernel[1, 1](*args)
-
-else:
-
-    def launch(kernel, n, *args):
-        """kernel over n elements, one thread each (the kernels' loops then run once)."""
-        block = min(BLOCK, n)
-        kernel[-(-n // block), block](*args)

@@ -5,16 +5,22 @@ import numpy as np
 from numba import cuda
 
 from . import arena
+from .assets import AssetError
 from .checkpoints import Config
+from .kernels import LN_D_MAX
 from .fp import is_fused
 
 
 class TFModel:
     """tf.c's `main` allocations: parameters (filled from the weights), activations,
     gradients and activations_back (allocated once, sized for d_seq tokens), and the tokens
-    (tf.c's `data` buffer, where generation appends)."""
+    (tf.c's `data` buffer, where generation appends). Besides: zeros (the start of dot
+    products that tf.c begins at 0), row ranges for tf_matmul, and `last_rows`, the range of the
+    row that generation unembeds, which its argmax kernel advances on the device."""
 
     def __init__(self, cfg: Config, tensors, fp_model: str):
+        if cfg.d_model > LN_D_MAX:
+            raise AssetError(f"d_model {cfg.d_model} is wider than the {LN_D_MAX} the layer norms support")
         self.cfg = cfg
         self.fused = is_fused(fp_model)
         # tf.c's tf_rsqrt_d_k literal (0.125f for d_k = 64), as a float32 from the config.
@@ -24,9 +30,18 @@ class TFModel:
         self.gradients = arena.Arena(arena.gradients_layout(cfg))
         self.activations_back = arena.Arena(arena.activations_back_layout(cfg))
         self.tokens = cuda.device_array(cfg.d_seq + 1, dtype=np.uint16)
+        self.zeros = cuda.to_device(np.zeros(max(cfg.d_vocab, 4 * cfg.d_model), dtype=np.float32))
+        self.last_rows = cuda.to_device(np.zeros(2, dtype=np.int64))
+        self._rows = {}
+
+    def rows(self, end):
+        """A device range [0, end) for tf_matmul (kept: recorded graphs point at it)."""
+        if end not in self._rows:
+            self._rows[end] = cuda.to_device(np.array([0, end], dtype=np.int64))
+        return self._rows[end]
 
     def set_tokens(self, tokens):
-        """Copy token ids to the start of the device token buffer."""
+        """Copy token ids to the start of the device token buffer (zeros after them)."""
         host = np.zeros(self.tokens.shape[0], dtype=np.uint16)
         host[: len(tokens)] = tokens
         self.tokens.copy_to_device(host)

@@ -9,7 +9,7 @@ from .assets import AssetError
 from .backward import backward
 from .checkpoints import GPT2, INPUT_SIZE, TF_C_SUMS, Config, c_hex, checkpoints
 from .forward import forward
-from .kernels import launch
+from . import launch
 from .probe import Probe
 
 POISON = np.float32(np.nan)  # tf.c fills activations with random bytes; NaN shows any use of them
@@ -53,11 +53,11 @@ def run_step(m, tokens, T):
     if len(tokens) < T + 1:
         raise AssetError(f"--validate needs {T + 1} tokens of data, assets/data has {len(tokens)}: use a longer text")
     m.set_tokens(tokens[: T + 1])
-    launch(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
-    launch(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
-    launch(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)
+    launch.elementwise(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
+    launch.elementwise(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
+    launch.elementwise(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)
     probe = Probe()
-    forward(m, T, True, probe)
+    forward(m, T, last_only=False, probe=probe)
     backward(m, T, probe)
     return probe
 

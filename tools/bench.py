@@ -8,6 +8,10 @@ microgpt: builds microgpt.cu with nvcc (-O3 -arch=sm_90 -lcublas), runs it and `
 microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample.
 Training time is wall(N steps) - wall(1 step, 0 samples) for both programs, so start-up, data
 loading and (for us) kernel loading cancel out; a run with a warm kernel cache precedes ours.
+
+tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
+124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
+fixtures, beside PyTorch eager fp32 GPT-2 (see tf_numba/benchmark.py).
 """
 import argparse
 import json
@@ -122,7 +126,49 @@ def microgpt_markdown(result):
     return "\n".join(lines)
 
 
-ENTRIES = {"microgpt": (bench_microgpt, microgpt_markdown)}
+def bench_tf(args, out_dir, save):
+    """tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic
+    GPT-2 124M weights, both fp models, each checked bit for bit against the oracle fixture;
+    PyTorch eager fp32 GPT-2 beside it; tf.c's CPU times from the oracle's record."""
+    from tf_numba import assets
+    from tf_numba.benchmark import time_tf, time_torch
+    from tf_numba.model import TFModel
+
+    assets_dir = Path(args.assets) if args.assets else out_dir / "assets"
+    if not args.assets:
+        sys.path.insert(0, str(ROOT / "tools"))
+        from tf_assets import write_synthetic
+        from tf_numba.checkpoints import GPT2
+
+        write_synthetic(assets_dir, GPT2)
+    cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
+    data = assets.load_data(assets_dir / "data", cfg.d_vocab)
+    result = {"config": str(cfg), "runs": {}}
+    for fp_model in ("fma", "nofma"):
+        fixture = ROOT / "tests" / "fixtures" / f"tf_oracle_gpt2_{fp_model}.json"
+        result["runs"][fp_model] = time_tf(TFModel(cfg, tensors, fp_model), data, fixture)
+        save(result)
+    try:
+        result["pytorch_eager_fp32"] = time_torch()
+    except Exception as exc:  # torch or transformers missing: keep our numbers
+        result["pytorch_eager_fp32"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return result
+
+
+def tf_markdown(result):
+    torch = result.get("pytorch_eager_fp32", {})
+    lines = [f"{result['config']}", "",
+             "| fp model | checkpoints (validate) | after graph replays | forward ms | fwd+bwd ms | forward eager ms | "
+             "128 tokens s | forward TFLOP/s | fwd+bwd TFLOP/s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for fp_model, r in result["runs"].items():
+        lines.append(f"| {fp_model} | {r['validate_checkpoints_match']} | {r['after_graph_replays_match']} | "
+                     f"{r['forward_ms']} | {r['forward_backward_ms']} | {r['forward_eager_ms']} | {r['generate_128_s']} | "
+                     f"{r['forward_tflops']} | {r['forward_backward_tflops']} |")
+    lines += ["", f"PyTorch eager fp32 (TF32 off): {torch}"]
+    return "\n".join(lines)
+
+
+ENTRIES = {"microgpt": (bench_microgpt, microgpt_markdown), "tf": (bench_tf, tf_markdown)}
 
 
 def main(argv=None):
@@ -131,6 +177,7 @@ def main(argv=None):
     parser.add_argument("--out", help="folder for the results (created; must not hold earlier results)")
     parser.add_argument("--shared", help="folder with seeds/, data/, anchors/ (default $MICROGPT_SHARED or ../shared)")
     parser.add_argument("--steps", type=int, nargs="+", default=[1000], help="microgpt: training lengths")
+    parser.add_argument("--assets", help="tf: folder with GPT-2-shaped assets (default: synthesize them into --out)")
     parser.add_argument("--engines", nargs="+", default=["default"],
                         help="microgpt: engines to time ('default' passes no --engine)")
     args = parser.parse_args(argv)

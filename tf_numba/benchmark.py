@@ -1,0 +1,145 @@
+"""Timing the port on a GPU (tools/bench.py's tf entry): forward, forward + backward at T=64
+and 128 generated tokens, beside PyTorch eager fp32 GPT-2 on the same GPU, with the bits
+checked against the oracle fixture.
+
+The training step is recorded as CUDA graphs and replayed (graph.py); each timing is the mean
+of `repeats` replays between device synchronisations, after one warm replay. The eager numbers
+(kernels launched one by one from Python, no per-stage synchronisation) show what the graphs
+save."""
+import time
+
+import numpy as np
+from numba import cuda
+
+from . import kernels as K
+from . import launch
+from .backward import backward
+from .checkpoints import c_hex
+from .forward import forward
+from .generate import GENERATE, generate
+from .graph import Recorded
+from .probe import sequential_sum
+from .validate import fixture_expected, run_step
+
+H200_FP32_PEAK = 67e12  # FLOP/s, dense fp32 without tensor cores
+
+
+def flops(cfg, T):
+    """Multiply-adds x 2 of one forward pass at T tokens (causal attention: half the scores)."""
+    D, L, V = cfg.d_model, cfg.n_layers, cfg.d_vocab
+    per_layer = 2 * T * D * 12 * D + 2 * (T * (T + 1) // 2) * D * 2
+    return L * per_layer + 2 * T * D * V
+
+
+def persistent_sums(m, T):
+    """The checkpoints whose arrays still hold their values after a whole training step
+    (tf.c reuses activations_back across layers, and the embedding backward adds to wte)."""
+    cfg, a, b, g = m.cfg, m.activations, m.activations_back, m.gradients
+    D, V, top, last = cfg.d_model, cfg.d_vocab, g.h[cfg.n_layers - 1], f"h{cfg.n_layers - 1}"
+    x = a.h[0]
+    arrays = {
+        "forward.embedding": (a.embedding.out, T * D), "forward.h0.ln_1": (x.ln_1.out, T * D),
+        "forward.h0.attn.c_attn": (x.attn.c_attn.out, 3 * T * D), "forward.h0.attn.z": (x.attn.z.out, T * D),
+        "forward.h0.attn.c_proj": (x.attn.c_proj.out, T * D), "forward.h0.ln_2": (x.ln_2.out, T * D),
+        "forward.h0.mlp.c_proj": (x.mlp.c_proj.out, T * D), "forward.ln_f": (a.ln_f.out, T * D),
+        "forward.unembedding": (a.unembedding.out, T * V), "backward.loss": (b.loss, 1),
+        "backward.ln_f.out": (b.ln_f.out, T * D), "backward.ln_f.weight": (g.ln_f.weight, D),
+        "backward.ln_f.bias": (g.ln_f.bias, D), "backward.wte": (g.wte.weight, V * D),
+        "backward.wpe": (g.wpe.weight, T * D),
+    }
+    for name in ("mlp.c_proj", "mlp.c_fc", "attn.c_proj", "attn.c_attn"):
+        group, layer = name.split(".")
+        grads = getattr(getattr(top, group), layer)
+        arrays[f"backward.{last}.{name}.weight"] = (grads.weight, grads.weight.size)
+        arrays[f"backward.{last}.{name}.bias"] = (grads.bias, grads.bias.size)
+    for name in ("ln_1", "ln_2"):
+        arrays[f"backward.{last}.{name}.weight"] = (getattr(top, name).weight, D)
+        arrays[f"backward.{last}.{name}.bias"] = (getattr(top, name).bias, D)
+    return {label: sequential_sum(arr.reshape(-1)[:n].copy_to_host()) for label, (arr, n) in arrays.items()}
+
+
+def timed_replays(recorded, repeats):
+    recorded()  # warm
+    cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeats):
+        recorded.launch()
+    recorded.sync()
+    return (time.perf_counter() - t) / repeats
+
+
+def time_tf(m, data, fixture, repeats=20):
+    """Our numbers at the fixture's input size; every checkpoint checked first (validation)."""
+    T, fp_model, expected = fixture_expected(fixture, m.cfg)
+    probe = run_step(m, data, T)
+    want = {label: s for label, _, s in expected}
+    validated = sum(got == want[label] for label, _, got in probe.sums)
+
+    def step():
+        launch.elementwise(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
+        forward(m, T, last_only=False)
+        backward(m, T)
+
+    fwd = timed_replays(Recorded(lambda: forward(m, T, last_only=False)), repeats)
+    fwd_bwd = timed_replays(Recorded(step), repeats)
+    after = persistent_sums(m, T)
+    graph_bits = {label: c_hex(s) == c_hex(want[label]) for label, s in after.items()}
+
+    forward(m, T, last_only=False)  # eager, for comparison: compiled already
+    cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeats):
+        forward(m, T, last_only=False)
+    cuda.synchronize()
+    fwd_eager = (time.perf_counter() - t) / repeats
+
+    prompt = [int(t) for t in data[:64]]
+    t = time.perf_counter()
+    tokens = generate(m, prompt, GENERATE)
+    gen = time.perf_counter() - t
+    f = flops(m.cfg, T)
+    return {
+        "fp_model": fp_model, "input_size": T,
+        "validate_checkpoints_match": f"{validated}/{len(expected)}",
+        "after_graph_replays_match": f"{sum(graph_bits.values())}/{len(graph_bits)}",
+        "after_graph_replays_mismatch": [k for k, ok in graph_bits.items() if not ok],
+        "forward_ms": round(fwd * 1e3, 3), "forward_backward_ms": round(fwd_bwd * 1e3, 3),
+        "forward_eager_ms": round(fwd_eager * 1e3, 3),
+        "generate_128_s": round(gen, 3), "generate_first_tokens": tokens[:8],
+        "forward_tflops": round(f / fwd / 1e12, 3),
+        "forward_backward_tflops": round(3 * f / fwd_bwd / 1e12, 3),
+        "fraction_of_fp32_peak_forward": round(f / fwd / H200_FP32_PEAK, 4),
+        "validate_stage_ms": {name: {k: round(v * 1e3, 3) for k, v in stages.items()}
+                              for name, stages, _ in probe.timings},
+    }
+
+
+def time_torch(T=64, repeats=20):
+    """PyTorch eager fp32 GPT-2 124M (random weights from the config, no download), batch 1."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = GPT2LMHeadModel(GPT2Config()).cuda().float()
+    x = torch.randint(0, 50257, (1, T), device="cuda")
+
+    def fwd():
+        with torch.no_grad():
+            model(x)
+
+    def fwd_bwd():
+        model.zero_grad(set_to_none=False)
+        model(x, labels=x).loss.backward()  # the model shifts the labels itself
+
+    out = {"torch": torch.__version__}
+    for name, fn in (("forward_ms", fwd), ("forward_backward_ms", fwd_bwd)):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+        out[name] = round((time.perf_counter() - t) / repeats * 1e3, 3)
+    return out

@@ -1,0 +1,45 @@
+"""Passes recorded once as CUDA graphs and replayed: one launch for a whole pass instead of a
+few hundred, each of which costs Numba tens of microseconds on the host (REFERENCE.md). A graph
+freezes its kernels' arguments, so what changes between replays lives in device memory (the
+tokens, and the rows of the generation step). The simulator has no graphs: there a replay runs
+the pass again."""
+from numba import config, cuda
+
+from .launch import Target
+
+
+class Recorded:
+    def __init__(self, record):
+        self.record = record
+        if config.ENABLE_CUDASIM:
+            return
+        from cuda.core import Device
+
+        device = Device()
+        device.set_current()
+        self.stream = device.create_stream()
+        builder = self.stream.create_graph_builder()
+        cuda.synchronize()
+        builder.begin_building()
+        Target.stream = builder
+        try:
+            record()
+        finally:
+            Target.stream = 0
+        self.graph = builder.end_building().complete()
+
+    def launch(self):
+        """Queue a replay of the pass."""
+        if config.ENABLE_CUDASIM:
+            self.record()
+        else:
+            self.graph.launch(self.stream)
+
+    def sync(self):
+        """Wait for queued replays (device memory is then safe to read)."""
+        if not config.ENABLE_CUDASIM:
+            self.stream.sync()
+
+    def __call__(self):
+        self.launch()
+        self.sync()

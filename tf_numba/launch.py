@@ -1,0 +1,52 @@
+"""Kernel launches: their sizes, and where they go (the default stream, or a CUDA graph being
+recorded, see graph.py)."""
+from numba import config
+
+from . import kernels as K
+
+BLOCK = 128
+
+
+class Target:
+    """The stream launches go to: 0 (the default stream) or a cuda.core GraphBuilder."""
+
+    stream = 0
+
+
+if config.ENABLE_CUDASIM:
+
+    def elementwise(kernel, n, *args):
+        """In the simulator every thread is a Python thread: one thread walks all n elements."""
+        kernel[1, 1](*args)
+
+else:
+
+    def elementwise(kernel, n, *args):
+        """kernel over n elements, one thread each (its grid-stride loop then runs once)."""
+        block = min(BLOCK, n)
+        kernel[-(-n // block), block, Target.stream](*args)
+
+
+def blocks(kernel, grid, block, shared_bytes, *args):
+    kernel[grid, block, Target.stream, shared_bytes](*args)
+
+
+def ln(*args):
+    """tf_ln over T samples: args as the kernel's."""
+    inp, T = args[2], args[6]
+    blocks(K.tf_ln, T, K.LN_THREADS, 0, *args)
+
+
+def ln_back(*args):
+    """tf_ln_back over T samples (and the parameter gradients): args as the kernel's."""
+    inp, T = args[1], args[8]
+    D = inp.shape[1]
+    blocks(K.tf_ln_back, T + -(-D // K.LN_THREADS), K.LN_THREADS, 0, *args)
+
+
+def matmul(a, b, b_by_output, init, out, rows, n_rows, fused, scale=None):
+    """tf_matmul over n_rows rows starting at rows[0] (rows: a device array [first, end))."""
+    grid = (-(-out.shape[1] // K.TILE_J), -(-n_rows // K.TILE_R))
+    scaled = scale is not None
+    scale = K.ONE if scale is None else scale
+    K.tf_matmul[grid, K.TILE_J, Target.stream](a, b, b_by_output, init, out, rows, scale, scaled, fused)
