@@ -1,4 +1,5 @@
 """Command line: microgpt.cu's options and output lines, with one-line errors for bad input."""
+import os
 import sys
 
 import numpy as np
@@ -144,5 +145,9 @@ def main(argv=None):
         train(opts, sys.stdout.buffer)
     except InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader left early (e.g. `| head`)
+        # Python flushes stdout again at exit; point it at /dev/null so that does not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0

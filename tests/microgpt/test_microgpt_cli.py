@@ -20,13 +20,6 @@ def run_cli(args, **env):
                           cwd=ROOT, timeout=300)
 
 
-@pytest.fixture
-def names_file(tmp_path):
-    path = tmp_path / "tiny.txt"
-    path.write_bytes(b"ab\r\nba\n\nabc\n")
-    return path
-
-
 @pytest.mark.parametrize("args, message", [
     (["--input", "/nonexistent/input.txt"], "does not exist"),
     (["--steps", "0"], "--steps must be a positive integer"),
@@ -69,13 +62,31 @@ def test_no_cuda_gpu_or_driver():
     assert len(lines) == 1 and "no CUDA GPU or driver found" in lines[0] and "NUMBA_ENABLE_CUDASIM=1" in lines[0]
 
 
-def test_output_lines_when_piped(names_file):
-    result = run_cli(["--input", str(names_file), "--steps", "2", "--samples", "1", "--temperature", "0.9"])
+@pytest.fixture(scope="module")
+def piped_runs(tmp_path_factory):
+    """Both engines on a tiny file: 2 steps, 1 sample, stdout a pipe."""
+    path = tmp_path_factory.mktemp("cli") / "tiny.txt"
+    path.write_bytes(b"ab\r\nba\n\nabc\n")
+    runs = {}
+    for engine in ("fast", "reference"):
+        result = run_cli(["--input", str(path), "--steps", "2", "--samples", "1", "--temperature", "0.9",
+                          "--engine", engine])
+        assert result.returncode == 0, result.stderr
+        runs[engine] = result.stdout
+    return path, runs
+
+
+def test_output_lines_when_piped(piped_runs):
+    path, runs = piped_runs
+    lines = runs["fast"].split(b"\n")
     num_params = 2 * 4 * 16 + 16 * 16 + 4 * 16 * 16 + 2 * 64 * 16  # wte, lm_head (vocab 4), wpe, attention, mlp
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.split(b"\n")
-    assert lines[:4] == [f"corpus: {names_file}".encode(), b"num docs: 3", b"vocab size: 4", b"num params: %d" % num_params]
+    assert lines[:4] == [f"corpus: {path}".encode(), b"num docs: 3", b"vocab size: 4", b"num params: %d" % num_params]
     assert re.fullmatch(rb"step    1 /    2 \| loss \d\.\d{4}", lines[4])
     assert re.fullmatch(rb"step    2 /    2 \| loss \d\.\d{4}", lines[5])
     assert lines[6:8] == [b"", b"--- inference (new, hallucinated names) ---"]
     assert re.fullmatch(rb"sample  1: [abc]*", lines[8]) and lines[9:] == [b""]
+
+
+def test_engines_print_the_same_run(piped_runs):
+    _, runs = piped_runs
+    assert runs["fast"] == runs["reference"]
