@@ -1,13 +1,15 @@
 """The fast engine: all training steps, then all sampling, each in one persistent single-block kernel.
 
+Each reference launch becomes a phase of the block, made of the same device functions (kernels.py)
+and separated by cuda.syncthreads(), so every float is computed as the reference kernels compute
+it. Launches that touch disjoint outputs share a phase; memsets before a full overwrite are skipped.
+
 It uses the same three arenas as the reference engine: the host passes each view's offset in its
 arena (tables built from the reference structs), and the kernels carve the same views on device.
 When the train cache and scratch arenas fit in a block's shared memory (vocabularies up to ~90
 bytes), a kernel works on a copy of them there, staged in at its start and out at its end, since
 every phase reads what the previous one wrote; the parameter arena stays in global memory.
-Each reference launch becomes a phase of the block, made of the same device functions (kernels.py)
-and separated by cuda.syncthreads(), so every float is computed as the reference kernels compute
-it. Launches that touch disjoint outputs share a phase; memsets before a full overwrite are skipped.
+
 The host keeps what is host math in the C: glibc powf for Adam's schedule and the glibc
 rand_uniform draws for sampling; the loss is summed on the device as the reference engine sums it.
 """
@@ -18,9 +20,9 @@ from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, position_cache_fields, scratch
 from .constants import BLOCK_SIZE, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
 from .dataset import tokenize_doc
 from .glibc_rand import rand_uniform
-from .kernels import (SOFTMAX_THREADS, accumulate_loss, adam_update, attention_backward, attention_forward, cross_entropy_backward,
-                      relu_backward, relu_forward, rmsnorm_backward, rmsnorm_forward, row_add, scaled_softmax,
-                      sgemv_n, sger, sgemv_t, vec_add, vec_add_inplace)
+from .kernels import (SOFTMAX_THREADS, accumulate_loss, adam_update, attention_backward, attention_forward,
+                      cross_entropy_backward, relu_backward, relu_forward, rmsnorm_backward, rmsnorm_forward, row_add,
+                      scaled_softmax, sgemv_n, sger, sgemv_t, vec_add, vec_add_inplace)
 from .model import adam_schedule
 
 THREADS = SOFTMAX_THREADS  # one block; scaled_softmax's reduction wants all of it

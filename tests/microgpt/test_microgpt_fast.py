@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from microgpt_numba import fast
-from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, \
-    scratch_storage_count, train_cache_storage_count
+from microgpt_numba.arena import KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Model, Scratch, TrainCache, \
+    model_param_shapes, param_storage_count, position_cache_fields, scratch_fields, scratch_storage_count, \
+    train_cache_storage_count
 from microgpt_numba.constants import BLOCK_SIZE
 from microgpt_numba.dataset import load_dataset, tokenize_doc
 from microgpt_numba.glibc_rand import GlibcRand
@@ -44,6 +45,23 @@ def setup():
 
 def bits(arenas):
     return [a.base.copy_to_host().view(np.uint32) for a in arenas]
+
+
+def test_table_columns_follow_the_arena_field_order():
+    """fast.py names the offset-table columns by hand; each must be its field's place in arena.py."""
+    layer_activation = {"FC1": "FC1_OUT", "FC2": "FC2_OUT"}  # not to be confused with the weights
+    columns = {
+        "param": [name.upper() for name, _, _ in model_param_shapes(1)[:3]],
+        "layer param": [name.split("_", 1)[1].upper() for name, _, _ in model_param_shapes(1)[3:9]],
+        "position": [name.upper() for name, _ in position_cache_fields(1)],
+        "layer": [layer_activation.get(name.upper(), name.upper()) for name, _ in LAYER_CACHE_FIELDS],
+        "kv": [name.upper() for name in KV_FIELDS],
+        "scratch": [name.upper() for name, _ in scratch_fields(1)],
+    }
+    for kind, names in columns.items():
+        assert [getattr(fast, name) for name in names] == list(range(len(names))), kind
+    assert (fast.POS_FIELDS, fast.LC_FIELDS, fast.SCRATCH_FIELDS) == \
+        (len(columns["position"]), len(columns["layer"]), len(columns["scratch"]))
 
 
 @pytest.fixture(scope="module")
