@@ -71,6 +71,7 @@ def timed_replays(recorded, repeats):
 def time_tf(m, data, fixture, repeats=20):
     """Our numbers at the fixture's input size; every checkpoint checked first (validation)."""
     T, fp_model, expected = fixture_expected(fixture, m.cfg)
+    run_step(m, data, T)  # compiles the kernels
     probe = run_step(m, data, T)
     want = {label: s for label, _, s in expected}
     validated = sum(got == want[label] for label, _, got in probe.sums)
@@ -80,38 +81,42 @@ def time_tf(m, data, fixture, repeats=20):
         forward(m, T, last_only=False)
         backward(m, T)
 
-    fwd = timed_replays(Recorded(lambda: forward(m, T, last_only=False)), repeats)
-    fwd_bwd = timed_replays(Recorded(step), repeats)
-    after = persistent_sums(m, T)
-    graph_bits = {label: c_hex(s) == c_hex(want[label]) for label, s in after.items()}
+    result = {"fp_model": fp_model, "input_size": T,
+              "validate_checkpoints_match": f"{validated}/{len(expected)}",
+              "validate_stage_ms": {name: {k: round(v * 1e3, 3) for k, v in stages.items()}
+                                    for name, stages, _ in probe.timings}}
+    f = flops(m.cfg, T)
 
-    forward(m, T, last_only=False)  # eager, for comparison: compiled already
+    forward(m, T, last_only=False)  # eager: kernels launched one by one from Python
     cuda.synchronize()
     t = time.perf_counter()
     for _ in range(repeats):
         forward(m, T, last_only=False)
     cuda.synchronize()
-    fwd_eager = (time.perf_counter() - t) / repeats
+    result["forward_eager_ms"] = round((time.perf_counter() - t) / repeats * 1e3, 3)
 
-    prompt = [int(t) for t in data[:64]]
-    t = time.perf_counter()
-    tokens = generate(m, prompt, GENERATE)
-    gen = time.perf_counter() - t
-    f = flops(m.cfg, T)
-    return {
-        "fp_model": fp_model, "input_size": T,
-        "validate_checkpoints_match": f"{validated}/{len(expected)}",
-        "after_graph_replays_match": f"{sum(graph_bits.values())}/{len(graph_bits)}",
-        "after_graph_replays_mismatch": [k for k, ok in graph_bits.items() if not ok],
-        "forward_ms": round(fwd * 1e3, 3), "forward_backward_ms": round(fwd_bwd * 1e3, 3),
-        "forward_eager_ms": round(fwd_eager * 1e3, 3),
-        "generate_128_s": round(gen, 3), "generate_first_tokens": tokens[:8],
-        "forward_tflops": round(f / fwd / 1e12, 3),
-        "forward_backward_tflops": round(3 * f / fwd_bwd / 1e12, 3),
-        "fraction_of_fp32_peak_forward": round(f / fwd / H200_FP32_PEAK, 4),
-        "validate_stage_ms": {name: {k: round(v * 1e3, 3) for k, v in stages.items()}
-                              for name, stages, _ in probe.timings},
-    }
+    try:
+        fwd = timed_replays(Recorded(lambda: forward(m, T, last_only=False)), repeats)
+        fwd_bwd = timed_replays(Recorded(step), repeats)
+        after = persistent_sums(m, T)
+        graph_bits = {label: c_hex(s) == c_hex(want[label]) for label, s in after.items()}
+        result.update({
+            "after_graph_replays_match": f"{sum(graph_bits.values())}/{len(graph_bits)}",
+            "after_graph_replays_mismatch": [k for k, ok in graph_bits.items() if not ok],
+            "forward_ms": round(fwd * 1e3, 3), "forward_backward_ms": round(fwd_bwd * 1e3, 3),
+            "forward_tflops": round(f / fwd / 1e12, 3),
+            "forward_backward_tflops": round(3 * f / fwd_bwd / 1e12, 3),
+            "fraction_of_fp32_peak_forward": round(f / fwd / H200_FP32_PEAK, 4),
+            "fraction_of_fp32_peak_forward_backward": round(3 * f / fwd_bwd / H200_FP32_PEAK, 4),
+        })
+        prompt = [int(t) for t in data[:64]]
+        t = time.perf_counter()
+        tokens = generate(m, prompt, GENERATE)
+        result["generate_128_s"] = round(time.perf_counter() - t, 3)
+        result["generate_first_tokens"] = tokens[:8]
+    except Exception as exc:  # keep the numbers measured so far
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    return result
 
 
 def time_torch(T=64, repeats=20):

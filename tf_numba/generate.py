@@ -33,11 +33,14 @@ def generate(m, prompt, n_tokens, emit=None):
     m.last_rows.copy_to_device(np.array([T - 1, T], dtype=np.int64))
     passes = {}
     out = []
-    for _ in range(n_tokens):
+    for step in range(n_tokens):
         rows = min(-(-T // BUCKET) * BUCKET, m.cfg.d_seq)
-        if rows not in passes:
-            passes[rows] = Recorded(lambda rows=rows: generation_pass(m, rows))
-        passes[rows]()
+        if step == 0:  # runs directly: compiles the kernels before any graph records them
+            generation_pass(m, rows)
+        else:
+            if rows not in passes:
+                passes[rows] = Recorded(lambda rows=rows: generation_pass(m, rows))
+            passes[rows]()
         token = int(m.tokens[T : T + 1].copy_to_host()[0])
         out.append(token)
         if emit is not None:

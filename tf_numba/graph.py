@@ -24,9 +24,10 @@ class Recorded:
         Target.stream = builder
         try:
             record()
-        finally:
+        finally:  # end the capture even when recording failed, or every later CUDA call fails
             Target.stream = 0
-        self.graph = builder.end_building().complete()
+            built = builder.end_building()
+        self.graph = built.complete()
 
     def launch(self):
         """Queue a replay of the pass."""

@@ -71,6 +71,7 @@ def tf_add(in_1, in_2, out, T):
 
 
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
+LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
 
 
 @cuda.jit(device=True)
@@ -117,7 +118,7 @@ def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
     i = cuda.blockIdx.x
     t = cuda.threadIdx.x
     D = inp.shape[1]
-    row = cuda.shared.array(2 * LN_D_MAX, np.float32)  # D values, then the D differences
+    row = cuda.shared.array(LN_STAGED, np.float32)  # D values, then the D differences
     stats = cuda.shared.array(2, np.float32)
     for k in range(t, D, LN_THREADS):
         row[k] = inp[i, k]
@@ -234,7 +235,7 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         return
     i = cuda.blockIdx.x
     r, m = r_std[i], mean[i]
-    staged = cuda.shared.array(2 * LN_D_MAX, np.float32)  # D values dL/din_norm, then D in_norm
+    staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
     partial = cuda.shared.array(2, np.float32)
     for k in range(t, D, LN_THREADS):
         staged[k] = mul(dL_dout[i, k], weight[k])

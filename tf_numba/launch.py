@@ -5,6 +5,9 @@ from numba import config
 from . import kernels as K
 
 BLOCK = 128
+# Some of tf.c's stages are small by nature (one row, one block); Numba's low-occupancy
+# warning on each of them would drown the output.
+config.CUDA_LOW_OCCUPANCY_WARNINGS = False
 
 
 class Target:

@@ -161,9 +161,11 @@ def tf_markdown(result):
              "| fp model | checkpoints (validate) | after graph replays | forward ms | fwd+bwd ms | forward eager ms | "
              "128 tokens s | forward TFLOP/s | fwd+bwd TFLOP/s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fp_model, r in result["runs"].items():
-        lines.append(f"| {fp_model} | {r['validate_checkpoints_match']} | {r['after_graph_replays_match']} | "
-                     f"{r['forward_ms']} | {r['forward_backward_ms']} | {r['forward_eager_ms']} | {r['generate_128_s']} | "
-                     f"{r['forward_tflops']} | {r['forward_backward_tflops']} |")
+        cells = ("validate_checkpoints_match", "after_graph_replays_match", "forward_ms", "forward_backward_ms",
+                 "forward_eager_ms", "generate_128_s", "forward_tflops", "forward_backward_tflops")
+        lines.append(f"| {fp_model} | " + " | ".join(str(r.get(c, "")) for c in cells) + " |")
+        if "error" in r:
+            lines.append(f"| {fp_model} | error: {r['error']} |")
     lines += ["", f"PyTorch eager fp32 (TF32 off): {torch}"]
     return "\n".join(lines)
 
