@@ -1,14 +1,23 @@
 """The fast engine: all training steps, then all sampling, each in one persistent single-block kernel.
 
-Each reference launch becomes a phase of the block, made of the same device functions (kernels.py)
-and separated by cuda.syncthreads(), so every float is computed as the reference kernels compute
-it. Launches that touch disjoint outputs share a phase; memsets before a full overwrite are skipped.
+A step's positions run in parallel. microgpt.cu's position loops only order accumulations, and
+attention is the one link between positions (position t reads keys/values 0..t), so each phase
+of the block (separated by cuda.syncthreads()) does one C launch's work for every position at
+once, calling the same device functions as the reference kernels (kernels.py), and every float
+is computed with the C's operations in the C's order:
+- forward: position t's attention runs after every position's keys and values exist;
+- backward, each position's chain of gradients uses its own copy of Scratch (the per-position
+  scratch arena); what the C accumulates over positions (every parameter gradient element, the
+  attention's grad_keys/grad_values rows, the wte row of a token seen twice) is summed by one
+  thread per element over the positions in the C's order, n-1 down to 0;
+- softmaxes reduce over SOFTMAX_THREADS lanes per position, exactly as scaled_softmax_kernel.
 
-It uses the same three arenas as the reference engine: the host passes each view's offset in its
-arena (tables built from the reference structs), and the kernels carve the same views on device.
-When the train cache and scratch arenas fit in a block's shared memory (vocabularies up to ~90
-bytes), a kernel works on a copy of them there, staged in at its start and out at its end, since
-every phase reads what the previous one wrote; the parameter arena stays in global memory.
+It uses the reference engine's arenas: the host passes each view's offset (tables built from the
+reference structs) and the kernels carve the same views. When the arenas fit in shared memory the
+kernels work on copies there, staged in at the start and out at the end (parameters, train
+cache; the per-position scratch lives only there), past the 48 KiB default through CUDA's
+opt-in. At the end the scratch arena gets position 0's copy, which is where the C's last
+backward pass leaves it.
 
 The host keeps what is host math in the C: glibc powf for Adam's schedule and the glibc
 rand_uniform draws for sampling; the loss is summed on the device as the reference engine sums it.
@@ -16,19 +25,23 @@ rand_uniform draws for sampling; the loss is summed on the device as the referen
 import numpy as np
 from numba import config, cuda, float32
 
-from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, position_cache_fields, scratch_fields
-from .constants import BLOCK_SIZE, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
+from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, FloatArena, position_cache_fields, scratch_fields
+from .constants import BLOCK_SIZE, HEAD_DIM, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
 from .dataset import tokenize_doc
 from .glibc_rand import rand_uniform
-from .kernels import (SOFTMAX_THREADS, accumulate_loss, adam_update, attention_backward, attention_forward,
-                      cross_entropy_backward, relu_backward, relu_forward, rmsnorm_backward, rmsnorm_forward, row_add,
-                      scaled_softmax, sgemv_n, sger, sgemv_t, vec_add, vec_add_inplace)
+from .kernels import (SOFTMAX_THREADS, ZERO, ONE, accumulate_loss, adam_update, attention_grad_logit, attention_mix,
+                      attention_softmax, attention_weighted_sum, cross_entropy_backward, head_dot, relu_backward,
+                      relu_forward, rms_scale, rmsnorm_backward_at, rmsnorm_backward_terms, rmsnorm_forward_at,
+                      row_add, scaled_grad, sgemv_n, sger, sgemv_t, softmax_local_exp, softmax_local_max,
+                      softmax_normalize, tree_step, vec_add, vec_add_inplace, ATTN_SCALE)
+from .devmath import fmaf
 from .model import adam_schedule
 
-THREADS = SOFTMAX_THREADS  # one block; scaled_softmax's reduction wants all of it
-# Dynamic shared memory for the staged arenas; with the static tables and softmax scratch the
-# block stays under the 48 KiB it gets without an opt-in.
-STAGE_BYTES = 44 * 1024
+THREADS = 512
+# The kernels' static shared arrays (softmax lanes, tables) stay under this; the rest of the
+# block's opt-in shared memory may hold staged arenas.
+STATIC_SHARED_BYTES = 48 * 1024
+SIMULATOR_OPTIN_BYTES = 227 * 1024  # the H200's per-block opt-in, so the simulator stages as the GPU does
 
 # Column indices of the offset tables, in the order arena.py carves the views.
 DATA, GRAD, M, V = range(4)
@@ -58,7 +71,8 @@ def _offset(view, base):
 
 class Layout:
     """Device tables of view offsets: params [param, data/grad/m/v], positions [pos, field],
-    key/value rows [layer, field], scratch [field]; plus each param's element count."""
+    key/value rows [layer, field], scratch [field]; each param's element count; and the
+    per-position scratch arena (BLOCK_SIZE copies of Scratch's layout)."""
 
     def __init__(self, model, param_arena, cache, cache_arena, scratch, scratch_arena):
         params = model.params()
@@ -78,6 +92,7 @@ class Layout:
         self.kvtab = cuda.to_device(np.array(kvtab, dtype=np.int32))
         self.stab = cuda.to_device(np.array(stab, dtype=np.int32))
         self.arenas = (pbase, cbase, sbase)
+        self.pos_scratch = FloatArena(BLOCK_SIZE * sbase.shape[0]).base
 
 
 @cuda.jit(device=True)
@@ -101,217 +116,347 @@ def stage(src, dst, count, tid, nt):
 
 
 @cuda.jit(device=True)
-def forward_position(params, cache, ptab, postab, kvtab, vocab_size, token_id, pos_id, tid, nt):
-    embed_in = cache[postab[pos_id, EMBED_IN]:]
-    x0 = cache[postab[pos_id, X0]:]
-    tok_emb = params[ptab[WTE, DATA] + token_id * N_EMBD:]
-    pos_emb = params[ptab[WPE, DATA] + pos_id * N_EMBD:]
-    for i in range(tid, N_EMBD, nt):
-        vec_add(tok_emb, pos_emb, embed_in, N_EMBD, i)
+def forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, first, last, tid, nt):
+    """forward_position for positions first..last-1 at once; keys/values of earlier ones are cached."""
+    count = last - first
+    for k in range(tid, count * N_EMBD, nt):  # the token's wte row plus the position's wpe row
+        pos, i = first + k // N_EMBD, k % N_EMBD
+        vec_add(params[ptab[WTE, DATA] + tokens[pos] * N_EMBD:], params[ptab[WPE, DATA] + pos * N_EMBD:],
+                cache[postab[pos, EMBED_IN]:], N_EMBD, i)
     cuda.syncthreads()
-    if tid == 0:
-        rmsnorm_forward(embed_in, x0, N_EMBD)
+    for k in range(tid, count * N_EMBD, nt):
+        pos, i = first + k // N_EMBD, k % N_EMBD
+        embed_in = cache[postab[pos, EMBED_IN]:]
+        rmsnorm_forward_at(embed_in, cache[postab[pos, X0]:], rms_scale(embed_in, N_EMBD), i)
     cuda.syncthreads()
 
-    hidden = x0
     for layer in range(N_LAYER):
         lc = POS_FIELDS + layer * LC_FIELDS
         pw = 3 + 6 * layer
-        x_in = cache[postab[pos_id, lc + X_IN]:]
-        attn_norm = cache[postab[pos_id, lc + ATTN_NORM]:]
-        q = cache[postab[pos_id, lc + Q]:]
-        k = cache[kvtab[layer, KEYS] + pos_id * N_EMBD:]
-        v = cache[kvtab[layer, VALUES] + pos_id * N_EMBD:]
-        attn_out = cache[postab[pos_id, lc + ATTN_OUT]:]
-        attn_proj = cache[postab[pos_id, lc + ATTN_PROJ]:]
-        mlp_in = cache[postab[pos_id, lc + MLP_IN]:]
-        mlp_norm = cache[postab[pos_id, lc + MLP_NORM]:]
-        fc1 = cache[postab[pos_id, lc + FC1_OUT]:]
-        relu = cache[postab[pos_id, lc + RELU]:]
-        fc2 = cache[postab[pos_id, lc + FC2_OUT]:]
-        x_out = cache[postab[pos_id, lc + X_OUT]:]
-
-        if tid == 0:  # copy_device, then the one-thread rmsnorm
-            for i in range(N_EMBD):
-                x_in[i] = hidden[i]
-            rmsnorm_forward(x_in, attn_norm, N_EMBD)
+        keys = cache[kvtab[layer, KEYS]:]
+        values = cache[kvtab[layer, VALUES]:]
+        for k in range(tid, count * N_EMBD, nt):  # copy_device into x_in; rmsnorm reads its source
+            pos, i = first + k // N_EMBD, k % N_EMBD
+            hidden = cache[postab[pos, lc - LC_FIELDS + X_OUT]:] if layer else cache[postab[pos, X0]:]
+            cache[postab[pos, lc + X_IN] + i] = hidden[i]
+            rmsnorm_forward_at(hidden, cache[postab[pos, lc + ATTN_NORM]:], rms_scale(hidden, N_EMBD), i)
         cuda.syncthreads()
-        for r in range(tid, 3 * N_EMBD, nt):  # wq, wk, wv: three matvecs with disjoint outputs
+        for k in range(tid, count * 3 * N_EMBD, nt):  # wq, wk, wv
+            pos, r = first + k // (3 * N_EMBD), k % (3 * N_EMBD)
             which = r // N_EMBD
-            out = q if which == 0 else (k if which == 1 else v)
-            sgemv_t(params[ptab[pw + WQ + which, DATA]:], attn_norm, out, N_EMBD, N_EMBD, r - which * N_EMBD)
+            out = cache[postab[pos, lc + Q]:] if which == 0 else \
+                (keys[pos * N_EMBD:] if which == 1 else values[pos * N_EMBD:])
+            sgemv_t(params[ptab[pw + WQ + which, DATA]:], cache[postab[pos, lc + ATTN_NORM]:], out, N_EMBD, N_EMBD,
+                    r - which * N_EMBD)
         cuda.syncthreads()
-        if tid < N_HEAD:
-            attention_forward(q, cache[kvtab[layer, KEYS]:], cache[kvtab[layer, VALUES]:],
-                              cache[postab[pos_id, lc + ATTN_LOGITS]:], cache[postab[pos_id, lc + ATTN_WEIGHTS]:],
-                              attn_out, pos_id, tid)
+        attention_forward_positions(cache, postab, lc, keys, values, first, count, tid, nt)
+        for k in range(tid, count * N_EMBD, nt):
+            pos, r = first + k // N_EMBD, k % N_EMBD
+            sgemv_t(params[ptab[pw + WO, DATA]:], cache[postab[pos, lc + ATTN_OUT]:], cache[postab[pos, lc + ATTN_PROJ]:],
+                    N_EMBD, N_EMBD, r)
         cuda.syncthreads()
-        for r in range(tid, N_EMBD, nt):
-            sgemv_t(params[ptab[pw + WO, DATA]:], attn_out, attn_proj, N_EMBD, N_EMBD, r)
+        for k in range(tid, count * N_EMBD, nt):
+            pos, i = first + k // N_EMBD, k % N_EMBD
+            vec_add(cache[postab[pos, lc + ATTN_PROJ]:], cache[postab[pos, lc + X_IN]:], cache[postab[pos, lc + MLP_IN]:],
+                    N_EMBD, i)
         cuda.syncthreads()
-        if tid == 0:
-            for i in range(N_EMBD):
-                vec_add(attn_proj, x_in, mlp_in, N_EMBD, i)
-            rmsnorm_forward(mlp_in, mlp_norm, N_EMBD)
+        for k in range(tid, count * N_EMBD, nt):
+            pos, i = first + k // N_EMBD, k % N_EMBD
+            mlp_in = cache[postab[pos, lc + MLP_IN]:]
+            rmsnorm_forward_at(mlp_in, cache[postab[pos, lc + MLP_NORM]:], rms_scale(mlp_in, N_EMBD), i)
         cuda.syncthreads()
-        for r in range(tid, MLP_HIDDEN, nt):  # matvec then relu of the same element
-            sgemv_t(params[ptab[pw + FC1, DATA]:], mlp_norm, fc1, MLP_HIDDEN, N_EMBD, r)
-            relu_forward(fc1, relu, MLP_HIDDEN, r)
+        for k in range(tid, count * MLP_HIDDEN, nt):  # matvec then relu of the same element
+            pos, r = first + k // MLP_HIDDEN, k % MLP_HIDDEN
+            fc1 = cache[postab[pos, lc + FC1_OUT]:]
+            sgemv_t(params[ptab[pw + FC1, DATA]:], cache[postab[pos, lc + MLP_NORM]:], fc1, MLP_HIDDEN, N_EMBD, r)
+            relu_forward(fc1, cache[postab[pos, lc + RELU]:], MLP_HIDDEN, r)
         cuda.syncthreads()
-        for r in range(tid, N_EMBD, nt):
-            sgemv_t(params[ptab[pw + FC2, DATA]:], relu, fc2, N_EMBD, MLP_HIDDEN, r)
-            vec_add(fc2, mlp_in, x_out, N_EMBD, r)
+        for k in range(tid, count * N_EMBD, nt):  # matvec then the residual add of the same element
+            pos, r = first + k // N_EMBD, k % N_EMBD
+            fc2 = cache[postab[pos, lc + FC2_OUT]:]
+            sgemv_t(params[ptab[pw + FC2, DATA]:], cache[postab[pos, lc + RELU]:], fc2, N_EMBD, MLP_HIDDEN, r)
+            vec_add(fc2, cache[postab[pos, lc + MLP_IN]:], cache[postab[pos, lc + X_OUT]:], N_EMBD, r)
         cuda.syncthreads()
-        hidden = x_out
 
-    logits = cache[postab[pos_id, LOGITS]:]
-    for r in range(tid, vocab_size, nt):
-        sgemv_t(params[ptab[LM_HEAD, DATA]:], hidden, logits, vocab_size, N_EMBD, r)
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def linear_backward(w, x, grad_out, grad_w, grad_x, rows, cols, tid, nt):
-    """sger into grad_w and sgemv N into grad_x in one phase: they touch disjoint memory."""
-    for i in range(tid, rows * cols + cols, nt):
-        if i < rows * cols:
-            sger(x, grad_out, grad_w, rows, cols, i)
-        else:
-            sgemv_n(w, grad_out, grad_x, rows, cols, i - rows * cols)
-    cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def backward_sequence(params, cache, scratch, ptab, postab, kvtab, stab, vocab_size, tokens, n, tid, nt):
-    grad_logits = scratch[stab[GRAD_LOGITS]:]
-    grad_x = scratch[stab[GRAD_X]:]
-    grad_x_in = scratch[stab[GRAD_X_IN]:]
-    grad_mlp_in = scratch[stab[GRAD_MLP_IN]:]
-    grad_relu = scratch[stab[GRAD_RELU]:]
-    grad_fc1 = scratch[stab[GRAD_FC1]:]
-    grad_mlp_norm = scratch[stab[GRAD_MLP_NORM]:]
-    grad_norm_tmp = scratch[stab[GRAD_NORM_TMP]:]
-    grad_attn_out = scratch[stab[GRAD_ATTN_OUT]:]
-    grad_q = scratch[stab[GRAD_Q]:]
-    grad_attn_norm = scratch[stab[GRAD_ATTN_NORM]:]
-    grad_embed_in = scratch[stab[GRAD_EMBED_IN]:]
-
-    for layer in range(N_LAYER):  # zero_attention_accums
-        for i in range(tid, BLOCK_SIZE * N_EMBD, nt):
-            cache[kvtab[layer, GRAD_KEYS] + i] = 0
-            cache[kvtab[layer, GRAD_VALUES] + i] = 0
-    loss_scale = np.float32(1.0) / np.float32(n)
-
-    for pos in range(n - 1, -1, -1):
-        for i in range(tid, vocab_size, nt):
-            cross_entropy_backward(cache[postab[pos, PROBS]:], grad_logits, tokens[pos + 1], loss_scale,
-                                   vocab_size, i)
-        for i in range(tid, N_EMBD, nt):
-            grad_x[i] = 0
-        cuda.syncthreads()
+    for k in range(tid, count * vocab_size, nt):
+        pos, r = first + k // vocab_size, k % vocab_size
         hidden = cache[postab[pos, POS_FIELDS + (N_LAYER - 1) * LC_FIELDS + X_OUT]:] if N_LAYER else \
             cache[postab[pos, X0]:]
-        linear_backward(params[ptab[LM_HEAD, DATA]:], hidden, grad_logits, params[ptab[LM_HEAD, GRAD]:], grad_x,
-                        vocab_size, N_EMBD, tid, nt)
+        sgemv_t(params[ptab[LM_HEAD, DATA]:], hidden, cache[postab[pos, LOGITS]:], vocab_size, N_EMBD, r)
+    cuda.syncthreads()
 
-        for layer in range(N_LAYER - 1, -1, -1):
-            lc = POS_FIELDS + layer * LC_FIELDS
-            pw = 3 + 6 * layer
-            for i in range(tid, MLP_HIDDEN, nt):
-                if i < N_EMBD:
-                    grad_mlp_in[i] = grad_x[i]
-                grad_relu[i] = 0
-            cuda.syncthreads()
-            linear_backward(params[ptab[pw + FC2, DATA]:], cache[postab[pos, lc + RELU]:], grad_x,
-                            params[ptab[pw + FC2, GRAD]:], grad_relu, N_EMBD, MLP_HIDDEN, tid, nt)
-            for i in range(tid, MLP_HIDDEN, nt):  # relu_backward overwrites grad_fc1 entirely
-                relu_backward(cache[postab[pos, lc + FC1_OUT]:], grad_relu, grad_fc1, MLP_HIDDEN, i)
-                if i < N_EMBD:
-                    grad_mlp_norm[i] = 0
-            cuda.syncthreads()
-            linear_backward(params[ptab[pw + FC1, DATA]:], cache[postab[pos, lc + MLP_NORM]:], grad_fc1,
-                            params[ptab[pw + FC1, GRAD]:], grad_mlp_norm, MLP_HIDDEN, N_EMBD, tid, nt)
-            if tid == 0:  # rmsnorm_backward overwrites grad_norm_tmp, then the in-place add and the copy
-                rmsnorm_backward(cache[postab[pos, lc + MLP_IN]:], grad_mlp_norm, grad_norm_tmp, N_EMBD)
-                for i in range(N_EMBD):
-                    vec_add_inplace(grad_mlp_in, grad_norm_tmp, N_EMBD, i)
-                    grad_x_in[i] = grad_mlp_in[i]
-                    grad_attn_out[i] = 0
-            cuda.syncthreads()
-            linear_backward(params[ptab[pw + WO, DATA]:], cache[postab[pos, lc + ATTN_OUT]:], grad_mlp_in,
-                            params[ptab[pw + WO, GRAD]:], grad_attn_out, N_EMBD, N_EMBD, tid, nt)
-            if tid < N_HEAD:
-                attention_backward(cache[postab[pos, lc + Q]:], cache[kvtab[layer, KEYS]:],
-                                   cache[kvtab[layer, VALUES]:], cache[postab[pos, lc + ATTN_WEIGHTS]:],
-                                   grad_attn_out, grad_q, cache[kvtab[layer, GRAD_KEYS]:],
-                                   cache[kvtab[layer, GRAD_VALUES]:], pos, tid)
-            for i in range(tid, N_EMBD, nt):
-                grad_attn_norm[i] = 0
-            cuda.syncthreads()
-            attn_norm = cache[postab[pos, lc + ATTN_NORM]:]
-            grad_k = cache[kvtab[layer, GRAD_KEYS] + pos * N_EMBD:]
-            grad_v = cache[kvtab[layer, GRAD_VALUES] + pos * N_EMBD:]
-            # wq, wk, wv: the three sger are disjoint; each grad_attn_norm[c] adds q's, k's, v's sums in order.
-            for i in range(tid, 3 * N_EMBD * N_EMBD + N_EMBD, nt):
-                if i < 3 * N_EMBD * N_EMBD:
-                    which = i // (N_EMBD * N_EMBD)
-                    grad_out = grad_q if which == 0 else (grad_k if which == 1 else grad_v)
-                    sger(attn_norm, grad_out, params[ptab[pw + WQ + which, GRAD]:], N_EMBD, N_EMBD,
-                         i - which * N_EMBD * N_EMBD)
-                else:
-                    c = i - 3 * N_EMBD * N_EMBD
-                    sgemv_n(params[ptab[pw + WQ, DATA]:], grad_q, grad_attn_norm, N_EMBD, N_EMBD, c)
-                    sgemv_n(params[ptab[pw + WK, DATA]:], grad_k, grad_attn_norm, N_EMBD, N_EMBD, c)
-                    sgemv_n(params[ptab[pw + WV, DATA]:], grad_v, grad_attn_norm, N_EMBD, N_EMBD, c)
-            cuda.syncthreads()
-            if tid == 0:
-                rmsnorm_backward(cache[postab[pos, lc + X_IN]:], grad_attn_norm, grad_norm_tmp, N_EMBD)
-                for i in range(N_EMBD):
-                    vec_add_inplace(grad_x_in, grad_norm_tmp, N_EMBD, i)
-                    grad_x[i] = grad_x_in[i]
-            cuda.syncthreads()
 
-        if tid == 0:
-            rmsnorm_backward(cache[postab[pos, EMBED_IN]:], grad_x, grad_embed_in, N_EMBD)
+@cuda.jit(device=True)
+def attention_forward_positions(cache, postab, lc, keys, values, first, count, tid, nt):
+    """attention_forward for every (position, head): logits per key, softmax per head, output per element."""
+    for k in range(tid, count * N_HEAD * BLOCK_SIZE, nt):
+        pos, h, t = first + k // (N_HEAD * BLOCK_SIZE), (k // BLOCK_SIZE) % N_HEAD, k % BLOCK_SIZE
+        if t <= pos:
+            hs = h * HEAD_DIM
+            cache[postab[pos, lc + ATTN_LOGITS] + h * BLOCK_SIZE + t] = \
+                head_dot(cache[postab[pos, lc + Q] + hs:], keys[t * N_EMBD + hs:]) * ATTN_SCALE
+    cuda.syncthreads()
+    for k in range(tid, count * N_HEAD, nt):
+        pos, h = first + k // N_HEAD, k % N_HEAD
+        attention_softmax(cache[postab[pos, lc + ATTN_LOGITS] + h * BLOCK_SIZE:],
+                          cache[postab[pos, lc + ATTN_WEIGHTS] + h * BLOCK_SIZE:], pos + 1)
+    cuda.syncthreads()
+    for k in range(tid, count * N_EMBD, nt):
+        pos, c = first + k // N_EMBD, k % N_EMBD
+        cache[postab[pos, lc + ATTN_OUT] + c] = attention_mix(
+            cache[postab[pos, lc + ATTN_WEIGHTS] + (c // HEAD_DIM) * BLOCK_SIZE:], values[c:], pos + 1)
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def tree_reduce(red, first, count, take_max, tid, nt):
+    """scaled_softmax's tree over SOFTMAX_THREADS lanes, for each position's row of red."""
+    stride = SOFTMAX_THREADS // 2
+    while stride > 0:
+        for k in range(tid, count * stride, nt):
+            tree_step(red[first + k // stride], k % stride, stride, take_max)
         cuda.syncthreads()
-        for i in range(tid, 2 * N_EMBD, nt):  # the token's wte row and the position's wpe row
-            if i < N_EMBD:
-                row_add(params[ptab[WTE, GRAD] + tokens[pos] * N_EMBD:], grad_embed_in, N_EMBD, i)
+        stride >>= 1
+
+
+@cuda.jit(device=True)
+def softmax_positions(cache, postab, vocab_size, scale, first, count, red_max, red_sum, tid, nt):
+    """scaled_softmax_kernel (SOFTMAX_THREADS threads) for positions first..first+count-1 at once."""
+    lanes = SOFTMAX_THREADS
+    for k in range(tid, count * lanes, nt):
+        pos, lane = first + k // lanes, k % lanes
+        red_max[pos, lane] = softmax_local_max(cache[postab[pos, LOGITS]:], scale, vocab_size, lane, lanes)
+    cuda.syncthreads()
+    tree_reduce(red_max, first, count, True, tid, nt)
+    for k in range(tid, count * lanes, nt):
+        pos, lane = first + k // lanes, k % lanes
+        red_sum[pos, lane] = softmax_local_exp(cache[postab[pos, LOGITS]:], cache[postab[pos, PROBS]:], scale,
+                                               red_max[pos, 0], vocab_size, lane, lanes)
+    cuda.syncthreads()
+    tree_reduce(red_sum, first, count, False, tid, nt)
+    for k in range(tid, count * lanes, nt):
+        pos, lane = first + k // lanes, k % lanes
+        softmax_normalize(cache[postab[pos, PROBS]:], ONE / red_sum[pos, 0], vocab_size, lane, lanes)
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vocab_size, tokens, n, tid, nt):
+    """backward_sequence for all n positions; ps is the per-position scratch (copy pos at pos * sc)."""
+    loss_scale = ONE / np.float32(n)
+    lm = params[ptab[LM_HEAD, DATA]:]
+    for k in range(tid, n * vocab_size, nt):
+        pos, i = k // vocab_size, k % vocab_size
+        cross_entropy_backward(cache[postab[pos, PROBS]:], ps[pos * sc + stab[GRAD_LOGITS]:], tokens[pos + 1],
+                               loss_scale, vocab_size, i)
+    cuda.syncthreads()
+    # grad_x = 0 + lm_head^T grad_logits per position; lm_head.grad's sger over positions n-1..0.
+    top = POS_FIELDS + (N_LAYER - 1) * LC_FIELDS + X_OUT if N_LAYER else X0
+    for k in range(tid, n * N_EMBD + vocab_size * N_EMBD, nt):
+        if k < n * N_EMBD:
+            pos, c = k // N_EMBD, k % N_EMBD
+            grad_x = ps[pos * sc + stab[GRAD_X]:]
+            grad_x[c] = ZERO
+            sgemv_n(lm, ps[pos * sc + stab[GRAD_LOGITS]:], grad_x, vocab_size, N_EMBD, c)
+        else:
+            for pos in range(n - 1, -1, -1):
+                sger(cache[postab[pos, top]:], ps[pos * sc + stab[GRAD_LOGITS]:], params[ptab[LM_HEAD, GRAD]:],
+                     vocab_size, N_EMBD, k - n * N_EMBD)
+    cuda.syncthreads()
+
+    for layer in range(N_LAYER - 1, -1, -1):
+        lc = POS_FIELDS + layer * LC_FIELDS
+        pw = 3 + 6 * layer
+        # fc2: grad_relu = 0 + fc2^T grad_x, relu_backward, grad_mlp_in = grad_x; fc2.grad's sger.
+        for k in range(tid, n * MLP_HIDDEN + N_EMBD * MLP_HIDDEN, nt):
+            if k < n * MLP_HIDDEN:
+                pos, c = k // MLP_HIDDEN, k % MLP_HIDDEN
+                s = ps[pos * sc:]
+                grad_relu = s[stab[GRAD_RELU]:]
+                grad_relu[c] = ZERO
+                sgemv_n(params[ptab[pw + FC2, DATA]:], s[stab[GRAD_X]:], grad_relu, N_EMBD, MLP_HIDDEN, c)
+                relu_backward(cache[postab[pos, lc + FC1_OUT]:], grad_relu, s[stab[GRAD_FC1]:], MLP_HIDDEN, c)
+                if c < N_EMBD:
+                    s[stab[GRAD_MLP_IN] + c] = s[stab[GRAD_X] + c]
             else:
-                row_add(params[ptab[WPE, GRAD] + pos * N_EMBD:], grad_embed_in, N_EMBD, i - N_EMBD)
+                for pos in range(n - 1, -1, -1):
+                    sger(cache[postab[pos, lc + RELU]:], ps[pos * sc + stab[GRAD_X]:], params[ptab[pw + FC2, GRAD]:],
+                         N_EMBD, MLP_HIDDEN, k - n * MLP_HIDDEN)
         cuda.syncthreads()
+        # fc1: grad_mlp_norm = 0 + fc1^T grad_fc1; fc1.grad's sger.
+        for k in range(tid, n * N_EMBD + MLP_HIDDEN * N_EMBD, nt):
+            if k < n * N_EMBD:
+                pos, c = k // N_EMBD, k % N_EMBD
+                s = ps[pos * sc:]
+                s[stab[GRAD_MLP_NORM] + c] = ZERO
+                sgemv_n(params[ptab[pw + FC1, DATA]:], s[stab[GRAD_FC1]:], s[stab[GRAD_MLP_NORM]:], MLP_HIDDEN,
+                        N_EMBD, c)
+            else:
+                for pos in range(n - 1, -1, -1):
+                    sger(cache[postab[pos, lc + MLP_NORM]:], ps[pos * sc + stab[GRAD_FC1]:],
+                         params[ptab[pw + FC1, GRAD]:], MLP_HIDDEN, N_EMBD, k - n * N_EMBD)
+        cuda.syncthreads()
+        # rmsnorm_backward into grad_norm_tmp, grad_mlp_in += it, grad_x_in = grad_mlp_in.
+        for k in range(tid, n * N_EMBD, nt):
+            pos, c = k // N_EMBD, k % N_EMBD
+            s = ps[pos * sc:]
+            rmsnorm_backward_element(cache[postab[pos, lc + MLP_IN]:], s[stab[GRAD_MLP_NORM]:], s[stab[GRAD_NORM_TMP]:],
+                                     c)
+            vec_add_inplace(s[stab[GRAD_MLP_IN]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
+            s[stab[GRAD_X_IN] + c] = s[stab[GRAD_MLP_IN] + c]
+        cuda.syncthreads()
+        # wo: grad_attn_out = 0 + wo^T grad_mlp_in; wo.grad's sger.
+        for k in range(tid, n * N_EMBD + N_EMBD * N_EMBD, nt):
+            if k < n * N_EMBD:
+                pos, c = k // N_EMBD, k % N_EMBD
+                s = ps[pos * sc:]
+                s[stab[GRAD_ATTN_OUT] + c] = ZERO
+                sgemv_n(params[ptab[pw + WO, DATA]:], s[stab[GRAD_MLP_IN]:], s[stab[GRAD_ATTN_OUT]:], N_EMBD, N_EMBD, c)
+            else:
+                for pos in range(n - 1, -1, -1):
+                    sger(cache[postab[pos, lc + ATTN_OUT]:], ps[pos * sc + stab[GRAD_MLP_IN]:],
+                         params[ptab[pw + WO, GRAD]:], N_EMBD, N_EMBD, k - n * N_EMBD)
+        cuda.syncthreads()
+        attention_backward_positions(cache, ps, sc, postab, kvtab, stab, wsum, lc, layer, n, tid, nt)
+        # wq, wk, wv: grad_attn_norm = 0 + q's + k's + v's sgemv_n, in that order; their three sgers.
+        grad_keys = cache[kvtab[layer, GRAD_KEYS]:]
+        grad_values = cache[kvtab[layer, GRAD_VALUES]:]
+        for k in range(tid, n * N_EMBD + 3 * N_EMBD * N_EMBD, nt):
+            if k < n * N_EMBD:
+                pos, c = k // N_EMBD, k % N_EMBD
+                s = ps[pos * sc:]
+                grad_attn_norm = s[stab[GRAD_ATTN_NORM]:]
+                grad_attn_norm[c] = ZERO
+                sgemv_n(params[ptab[pw + WQ, DATA]:], s[stab[GRAD_Q]:], grad_attn_norm, N_EMBD, N_EMBD, c)
+                sgemv_n(params[ptab[pw + WK, DATA]:], grad_keys[pos * N_EMBD:], grad_attn_norm, N_EMBD, N_EMBD, c)
+                sgemv_n(params[ptab[pw + WV, DATA]:], grad_values[pos * N_EMBD:], grad_attn_norm, N_EMBD, N_EMBD, c)
+            else:
+                e = k - n * N_EMBD
+                which = e // (N_EMBD * N_EMBD)
+                for pos in range(n - 1, -1, -1):
+                    grad_out = ps[pos * sc + stab[GRAD_Q]:] if which == 0 else \
+                        (grad_keys[pos * N_EMBD:] if which == 1 else grad_values[pos * N_EMBD:])
+                    sger(cache[postab[pos, lc + ATTN_NORM]:], grad_out, params[ptab[pw + WQ + which, GRAD]:], N_EMBD,
+                         N_EMBD, e - which * N_EMBD * N_EMBD)
+        cuda.syncthreads()
+        # rmsnorm_backward into grad_norm_tmp, grad_x_in += it, grad_x = grad_x_in.
+        for k in range(tid, n * N_EMBD, nt):
+            pos, c = k // N_EMBD, k % N_EMBD
+            s = ps[pos * sc:]
+            rmsnorm_backward_element(cache[postab[pos, lc + X_IN]:], s[stab[GRAD_ATTN_NORM]:], s[stab[GRAD_NORM_TMP]:],
+                                     c)
+            vec_add_inplace(s[stab[GRAD_X_IN]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
+            s[stab[GRAD_X] + c] = s[stab[GRAD_X_IN] + c]
+        cuda.syncthreads()
+
+    for k in range(tid, n * N_EMBD, nt):
+        pos, c = k // N_EMBD, k % N_EMBD
+        s = ps[pos * sc:]
+        rmsnorm_backward_element(cache[postab[pos, EMBED_IN]:], s[stab[GRAD_X]:], s[stab[GRAD_EMBED_IN]:], c)
+    cuda.syncthreads()
+    # wte rows: a token's row sums the positions holding it, n-1 down to 0; wpe: one row per position.
+    for k in range(tid, vocab_size * N_EMBD + n * N_EMBD, nt):
+        if k < vocab_size * N_EMBD:
+            row, c = k // N_EMBD, k % N_EMBD
+            for pos in range(n - 1, -1, -1):
+                if tokens[pos] == row:
+                    row_add(params[ptab[WTE, GRAD] + row * N_EMBD:], ps[pos * sc + stab[GRAD_EMBED_IN]:], N_EMBD, c)
+        else:
+            pos, c = (k - vocab_size * N_EMBD) // N_EMBD, k % N_EMBD
+            row_add(params[ptab[WPE, GRAD] + pos * N_EMBD:], ps[pos * sc + stab[GRAD_EMBED_IN]:], N_EMBD, c)
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def rmsnorm_backward_element(x, grad_y, grad_x, i):
+    """Element i of rmsnorm_backward; each thread takes the vector's terms itself."""
+    scale, dot, scale_cubed = rmsnorm_backward_terms(x, grad_y, N_EMBD)
+    rmsnorm_backward_at(x, grad_y, grad_x, N_EMBD, scale, dot, scale_cubed, i)
+
+
+@cuda.jit(device=True)
+def attention_backward_positions(cache, ps, sc, postab, kvtab, stab, wsum, lc, layer, n, tid, nt):
+    """attention_backward for every (position, head) in two phases.
+
+    First, per (position, head, element): the head's weighted sum (kept in wsum) and grad_q. Then,
+    per (key row t, element): grad_values[t] and grad_keys[t] from zero, adding the term of every
+    position pos >= t in the C's order, n-1 down to t; rows t >= n stay zero as after the C's memset.
+    """
+    keys = cache[kvtab[layer, KEYS]:]
+    values = cache[kvtab[layer, VALUES]:]
+    for k in range(tid, n * N_EMBD, nt):
+        pos, c = k // N_EMBD, k % N_EMBD
+        h = c // HEAD_DIM
+        hs = h * HEAD_DIM
+        grad_out_h = ps[pos * sc + stab[GRAD_ATTN_OUT] + hs:]
+        weights_h = cache[postab[pos, lc + ATTN_WEIGHTS] + h * BLOCK_SIZE:]
+        weighted_sum = attention_weighted_sum(grad_out_h, values[hs:], weights_h, pos + 1)
+        grad_q = ZERO
+        for t in range(pos + 1):
+            grad_logit = attention_grad_logit(grad_out_h, values[hs:], weights_h, t, weighted_sum)
+            grad_q = scaled_grad(grad_logit, keys[t * N_EMBD + c], grad_q)
+        ps[pos * sc + stab[GRAD_Q] + c] = grad_q
+        if c == hs:
+            wsum[pos, h] = weighted_sum
+    cuda.syncthreads()
+    for k in range(tid, BLOCK_SIZE * N_EMBD, nt):
+        t, c = k // N_EMBD, k % N_EMBD
+        h = c // HEAD_DIM
+        hs = h * HEAD_DIM
+        grad_v = ZERO
+        grad_k = ZERO
+        for pos in range(n - 1, t - 1, -1):
+            grad_out_h = ps[pos * sc + stab[GRAD_ATTN_OUT] + hs:]
+            weights_h = cache[postab[pos, lc + ATTN_WEIGHTS] + h * BLOCK_SIZE:]
+            grad_v = fmaf(grad_out_h[c - hs], weights_h[t], grad_v)
+            grad_logit = attention_grad_logit(grad_out_h, values[hs:], weights_h, t, wsum[pos, h])
+            grad_k = scaled_grad(grad_logit, cache[postab[pos, lc + Q] + c], grad_k)
+        cache[kvtab[layer, GRAD_VALUES] + t * N_EMBD + c] = grad_v
+        cache[kvtab[layer, GRAD_KEYS] + t * N_EMBD + c] = grad_k
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt):
+    """The arenas the phases work on: global memory, or copies staged in dynamic shared memory."""
+    if not staged:
+        return params_g, cache_g, pos_scratch_g
+    dyn = cuda.shared.array(0, float32)
+    p, c, s = params_g.shape[0], cache_g.shape[0], pos_scratch_g.shape[0]
+    params, cache, pos_scratch = dyn[:p], dyn[p:p + c], dyn[p + c:p + c + s]
+    stage(params_g, params, p, tid, nt)
+    stage(cache_g, cache, c, tid, nt)
+    cuda.syncthreads()
+    return params, cache, pos_scratch
 
 
 @cuda.jit(cache=True)
-def train_kernel(params, cache_g, scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g, vocab_size,
-                 doc_tokens, doc_start, num_docs, schedule, num_steps, loss_sums):
+def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g,
+                 vocab_size, doc_tokens, doc_start, num_docs, schedule, num_steps, loss_sums):
     """Steps 0..num_steps-1: forward_sequence (summing the loss into loss_sums[step]), backward, Adam."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
-    dyn = cuda.shared.array(0, float32)
-    cache = dyn[:cache_g.shape[0]] if staged else cache_g
-    scratch = dyn[cache_g.shape[0]:] if staged else scratch_g
-    if staged:
-        stage(cache_g, cache, cache_g.shape[0], tid, nt)
-        stage(scratch_g, scratch, scratch_g.shape[0], tid, nt)
+    params, cache, pos_scratch = arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt)
+    sc = scratch_g.shape[0]
     ptab = cuda.shared.array((N_PARAMS, 4), np.int32)
     postab = cuda.shared.array((BLOCK_SIZE, POS_COLUMNS), np.int32)
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
     stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
     load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
-    softmax_scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    red_max = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
+    red_sum = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
+    wsum = cuda.shared.array((BLOCK_SIZE, N_HEAD), np.float32)
     for step in range(num_steps):
         doc = step % num_docs
         tokens = doc_tokens[doc_start[doc]:]
         n = min(doc_start[doc + 1] - doc_start[doc] - 1, BLOCK_SIZE)
-        for pos in range(n):
-            forward_position(params, cache, ptab, postab, kvtab, vocab_size, tokens[pos], pos, tid, nt)
-            probs = cache[postab[pos, PROBS]:]
-            scaled_softmax(cache[postab[pos, LOGITS]:], probs, np.float32(1.0), vocab_size, softmax_scratch, tid, nt)
-            cuda.syncthreads()
-            if tid == 0:
-                accumulate_loss(probs, tokens[pos + 1], loss_sums, step)
-        backward_sequence(params, cache, scratch, ptab, postab, kvtab, stab, vocab_size, tokens, n, tid, nt)
+        forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, 0, n, tid, nt)
+        softmax_positions(cache, postab, vocab_size, ONE, 0, n, red_max, red_sum, tid, nt)
+        if tid == 0:  # forward_sequence's total_loss, in position order
+            for pos in range(n):
+                accumulate_loss(cache[postab[pos, PROBS]:], tokens[pos + 1], loss_sums, step)
+        backward_sequence(params, cache, pos_scratch, sc, ptab, postab, kvtab, stab, wsum, vocab_size, tokens, n,
+                          tid, nt)
         lr_t, beta1_corr, beta2_corr = schedule[step, 0], schedule[step, 1], schedule[step, 2]
         for p in range(pcount.shape[0]):
             for i in range(tid, pcount[p], nt):
@@ -319,8 +464,9 @@ def train_kernel(params, cache_g, scratch_g, staged, ptab_g, pcount, postab_g, k
                             params[ptab[p, V]:], lr_t, beta1_corr, beta2_corr, pcount[p], i)
         cuda.syncthreads()
     if staged:
+        stage(params, params_g, params_g.shape[0], tid, nt)
         stage(cache, cache_g, cache_g.shape[0], tid, nt)
-        stage(scratch, scratch_g, scratch_g.shape[0], tid, nt)
+    stage(pos_scratch, scratch_g, sc, tid, nt)  # position 0's copy
 
 
 @cuda.jit(device=True)
@@ -335,35 +481,31 @@ def pick_token(probs, n, r):
 
 
 @cuda.jit(cache=True)
-def generate_kernel(params, cache_g, staged, ptab_g, postab_g, kvtab_g, stab_g, vocab_size, bos_id, inv_temperature,
-                    uniforms, num_samples, samples, lengths):
+def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, kvtab_g, stab_g, vocab_size, bos_id,
+                    inv_temperature, uniforms, num_samples, samples, lengths):
     """generate_samples on device: uniforms[k] is the k-th rand_uniform() draw after the init."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
-    dyn = cuda.shared.array(0, float32)
-    cache = dyn[:cache_g.shape[0]] if staged else cache_g
-    if staged:
-        stage(cache_g, cache, cache_g.shape[0], tid, nt)
+    params, cache, _ = arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt)
     ptab = cuda.shared.array((N_PARAMS, 4), np.int32)
     postab = cuda.shared.array((BLOCK_SIZE, POS_COLUMNS), np.int32)
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
     stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
     load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
-    softmax_scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
-    picked = cuda.shared.array(1, np.int32)
+    red_max = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
+    red_sum = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
+    tokens = cuda.shared.array(BLOCK_SIZE, np.int32)
     draw = 0
     for s in range(num_samples):
         token_id = bos_id
         length = 0
         for pos in range(BLOCK_SIZE):
-            forward_position(params, cache, ptab, postab, kvtab, vocab_size, token_id, pos, tid, nt)
-            probs = cache[postab[pos, PROBS]:]
-            scaled_softmax(cache[postab[pos, LOGITS]:], probs, inv_temperature, vocab_size, softmax_scratch, tid, nt)
-            cuda.syncthreads()
             if tid == 0:
-                picked[0] = pick_token(probs, vocab_size, uniforms[draw])
+                tokens[pos] = token_id
             cuda.syncthreads()
-            token_id = picked[0]
+            forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, pos, pos + 1, tid, nt)
+            softmax_positions(cache, postab, vocab_size, inv_temperature, pos, 1, red_max, red_sum, tid, nt)
+            token_id = pick_token(cache[postab[pos, PROBS]:], vocab_size, uniforms[draw])
             draw += 1
             if token_id == bos_id:
                 break
@@ -372,7 +514,7 @@ def generate_kernel(params, cache_g, staged, ptab_g, postab_g, kvtab_g, stab_g, 
             length += 1
         if tid == 0:
             lengths[s] = length
-        cuda.syncthreads()
+    cuda.syncthreads()
     if staged:
         stage(cache, cache_g, cache_g.shape[0], tid, nt)
 
@@ -386,18 +528,43 @@ def document_tokens(dataset, num_steps):
     return np.concatenate([np.asarray(t, dtype=np.int32) for t in lists]), start
 
 
+def stage_budget():
+    """Dynamic shared memory a block may opt in to, beside the kernels' static arrays."""
+    optin = SIMULATOR_OPTIN_BYTES if config.ENABLE_CUDASIM else \
+        cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    return optin - STATIC_SHARED_BYTES
+
+
+def launch(kernel, args, nbytes):
+    """One block of THREADS with nbytes of dynamic shared memory (0: arenas in global memory).
+
+    Past 48 KiB CUDA wants the kernel's opt-in attribute set first; Numba has no option for it, so it
+    is set on the compiled function the way Numba sets its shared memory carveout.
+    """
+    if nbytes > 48 * 1024 and not config.ENABLE_CUDASIM:
+        from numba.cuda.cudadrv.driver import binding, driver
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        cufunc = compiled._codelibrary.get_cufunc()
+        driver.cuKernelSetAttribute(binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    nbytes, cufunc.handle, cufunc.device.id)
+    kernel[1, THREADS, 0, nbytes](*args)
+
+
+def staged_bytes(*arenas):
+    nbytes = 4 * sum(a.shape[0] for a in arenas)
+    return nbytes if nbytes <= stage_budget() else 0
+
+
 def train(layout, dataset, num_steps):
     """Runs all steps on the device; returns the per-step losses as forward_sequence would print them."""
     params, cache, scratch = layout.arenas
     flat, start = document_tokens(dataset, num_steps)
     schedule = np.array([adam_schedule(step, num_steps) for step in range(num_steps)], dtype=np.float32)
     loss_sums = cuda.to_device(np.zeros(num_steps, dtype=np.float32))
-    nbytes = 4 * (cache.shape[0] + scratch.shape[0])
-    staged = nbytes <= STAGE_BYTES
-    train_kernel[1, THREADS, 0, nbytes if staged else 0](
-        params, cache, scratch, staged, layout.ptab, layout.pcount, layout.postab, layout.kvtab, layout.stab,
-        dataset.vocab_size, cuda.to_device(flat), cuda.to_device(start), len(start) - 1, cuda.to_device(schedule),
-        num_steps, loss_sums)
+    nbytes = staged_bytes(params, cache, layout.pos_scratch)
+    launch(train_kernel, (params, cache, scratch, layout.pos_scratch, nbytes > 0, layout.ptab, layout.pcount,
+                          layout.postab, layout.kvtab, layout.stab, dataset.vocab_size, cuda.to_device(flat),
+                          cuda.to_device(start), len(start) - 1, cuda.to_device(schedule), num_steps, loss_sums), nbytes)
     doc = np.arange(num_steps) % (len(start) - 1)
     n = np.minimum(start[doc + 1] - start[doc] - 1, BLOCK_SIZE).astype(np.float32)
     return list(loss_sums.copy_to_host() / n)
@@ -409,11 +576,10 @@ def generate(layout, dataset, num_samples, temperature, gen):
     uniforms = np.array([rand_uniform(gen) for _ in range(max(num_samples, 1) * BLOCK_SIZE)], dtype=np.float32)
     samples = cuda.device_array((max(num_samples, 1), BLOCK_SIZE), dtype=np.int32)
     lengths = cuda.device_array(max(num_samples, 1), dtype=np.int32)
-    nbytes = 4 * cache.shape[0]
-    staged = nbytes <= STAGE_BYTES
-    generate_kernel[1, THREADS, 0, nbytes if staged else 0](
-        params, cache, staged, layout.ptab, layout.postab, layout.kvtab, layout.stab, dataset.vocab_size,
-        dataset.bos_id, np.float32(1.0) / np.float32(temperature), cuda.to_device(uniforms), num_samples, samples,
-        lengths)
+    nbytes = staged_bytes(params, cache, layout.pos_scratch)
+    launch(generate_kernel, (params, cache, layout.pos_scratch, nbytes > 0, layout.ptab, layout.postab, layout.kvtab,
+                             layout.stab, dataset.vocab_size, dataset.bos_id,
+                             np.float32(1.0) / np.float32(temperature), cuda.to_device(uniforms), num_samples, samples,
+                             lengths), nbytes)
     samples, lengths = samples.copy_to_host(), lengths.copy_to_host()
     return [bytes(dataset.id_to_char[samples[s, :lengths[s]]]) for s in range(num_samples)]

@@ -49,54 +49,99 @@ def relu_backward(x, grad_y, grad_x, n, idx):
 
 
 @cuda.jit(device=True)
-def rmsnorm_forward(x, y, n):
+def rms_scale(x, n):
     mean_square = ZERO
     for i in range(n):
         mean_square = fmaf(x[i], x[i], mean_square)
     mean_square /= np.float32(n)
-    scale = rsqrtf(mean_square + RMS_EPS)
+    return rsqrtf(mean_square + RMS_EPS)
+
+
+@cuda.jit(device=True)
+def rmsnorm_forward_at(x, y, scale, i):
+    y[i] = x[i] * scale
+
+
+@cuda.jit(device=True)
+def rmsnorm_forward(x, y, n):
+    scale = rms_scale(x, n)
     for i in range(n):
-        y[i] = x[i] * scale
+        rmsnorm_forward_at(x, y, scale, i)
+
+
+@cuda.jit(device=True)
+def rmsnorm_backward_terms(x, grad_y, n):
+    """(scale, dot, scale^3): what every element of rmsnorm_backward needs from the whole vector."""
+    scale = rms_scale(x, n)
+    dot = ZERO
+    for i in range(n):
+        dot = fmaf(grad_y[i], x[i], dot)
+    return scale, dot, scale * scale * scale
+
+
+@cuda.jit(device=True)
+def rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i):
+    grad_x[i] = fmaf(grad_y[i], scale, -(x[i] * dot * scale_cubed / np.float32(n)))
 
 
 @cuda.jit(device=True)
 def rmsnorm_backward(x, grad_y, grad_x, n):
-    mean_square = ZERO
-    dot = ZERO
+    scale, dot, scale_cubed = rmsnorm_backward_terms(x, grad_y, n)
     for i in range(n):
-        mean_square = fmaf(x[i], x[i], mean_square)
-        dot = fmaf(grad_y[i], x[i], dot)
-    mean_square /= np.float32(n)
-    scale = rsqrtf(mean_square + RMS_EPS)
-    scale_cubed = scale * scale * scale
-    for i in range(n):
-        grad_x[i] = fmaf(grad_y[i], scale, -(x[i] * dot * scale_cubed / np.float32(n)))
+        rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i)
+
+
+@cuda.jit(device=True)
+def softmax_local_max(logits, scale, n, lane, lanes):
+    local_max = NEG_HUGE
+    for i in range(lane, n, lanes):
+        v = logits[i] * scale
+        if v > local_max:
+            local_max = v
+    return local_max
+
+
+@cuda.jit(device=True)
+def softmax_local_exp(logits, probs, scale, max_val, n, lane, lanes):
+    local_sum = ZERO
+    for i in range(lane, n, lanes):
+        e = expf(fmaf(logits[i], scale, -max_val))
+        probs[i] = e
+        local_sum += e
+    return local_sum
+
+
+@cuda.jit(device=True)
+def softmax_normalize(probs, inv_sum, n, lane, lanes):
+    for i in range(lane, n, lanes):
+        probs[i] *= inv_sum
+
+
+@cuda.jit(device=True)
+def tree_step(scratch, lane, stride, take_max):
+    """One level of scaled_softmax's tree reduction, for the lane below stride."""
+    if take_max:
+        if scratch[lane + stride] > scratch[lane]:
+            scratch[lane] = scratch[lane + stride]
+    else:
+        scratch[lane] += scratch[lane + stride]
 
 
 @cuda.jit(device=True)
 def scaled_softmax(logits, probs, scale, n, scratch, tid, nthreads):
     """Block-wide softmax of logits * scale: strided max and sum, then tree reductions in scratch."""
-    local_max = NEG_HUGE
-    for i in range(tid, n, nthreads):
-        v = logits[i] * scale
-        if v > local_max:
-            local_max = v
-    scratch[tid] = local_max
+    scratch[tid] = softmax_local_max(logits, scale, n, tid, nthreads)
     cuda.syncthreads()
 
     stride = nthreads // 2
     while stride > 0:
-        if tid < stride and scratch[tid + stride] > scratch[tid]:
-            scratch[tid] = scratch[tid + stride]
+        if tid < stride:
+            tree_step(scratch, tid, stride, True)
         cuda.syncthreads()
         stride >>= 1
 
     max_val = scratch[0]
-    local_sum = ZERO
-    for i in range(tid, n, nthreads):
-        e = expf(fmaf(logits[i], scale, -max_val))
-        probs[i] = e
-        local_sum += e
+    local_sum = softmax_local_exp(logits, probs, scale, max_val, n, tid, nthreads)
     # Everyone has read scratch[0] before it is overwritten (the C relies on warp timing here).
     cuda.syncthreads()
     scratch[tid] = local_sum
@@ -105,13 +150,11 @@ def scaled_softmax(logits, probs, scale, n, scratch, tid, nthreads):
     stride = nthreads // 2
     while stride > 0:
         if tid < stride:
-            scratch[tid] += scratch[tid + stride]
+            tree_step(scratch, tid, stride, False)
         cuda.syncthreads()
         stride >>= 1
 
-    inv_sum = ONE / scratch[0]
-    for i in range(tid, n, nthreads):
-        probs[i] *= inv_sum
+    softmax_normalize(probs, ONE / scratch[0], n, tid, nthreads)
 
 
 @cuda.jit(device=True)
@@ -153,71 +196,94 @@ def row_add(row_grad, grad, n, idx):
 
 
 @cuda.jit(device=True)
+def head_dot(a, b):
+    """sum_j a[j] * b[j] over one head's HEAD_DIM elements, in order with fma."""
+    dot = ZERO
+    for j in range(HEAD_DIM):
+        dot = fmaf(a[j], b[j], dot)
+    return dot
+
+
+@cuda.jit(device=True)
+def attention_softmax(logits, weights, count):
+    """One head's softmax over positions 0..count-1, serial as in attention_forward_kernel."""
+    max_val = NEG_HUGE
+    for t in range(count):
+        if logits[t] > max_val:
+            max_val = logits[t]
+    total = ZERO
+    for t in range(count):
+        w = expf(logits[t] - max_val)
+        weights[t] = w
+        total += w
+    inv_sum = ONE / total
+    for t in range(count):
+        weights[t] *= inv_sum
+
+
+@cuda.jit(device=True)
+def attention_mix(weights, values_j, count):
+    """sum_t weights[t] * values[t][j], values_j starting at column j of row 0."""
+    out = ZERO
+    for t in range(count):
+        out = fmaf(weights[t], values_j[t * N_EMBD], out)
+    return out
+
+
+@cuda.jit(device=True)
 def attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_id, h):
     """Head h of causal attention for the query at pos_id over the cached keys/values 0..pos_id."""
     hs = h * HEAD_DIM
-    logits_local = cuda.local.array(BLOCK_SIZE, np.float32)
-    weights_local = cuda.local.array(BLOCK_SIZE, np.float32)
-    max_val = NEG_HUGE
-    total = ZERO
-
+    row = h * BLOCK_SIZE
     for t in range(pos_id + 1):
-        dot = ZERO
-        k_t = t * N_EMBD + hs
-        for j in range(HEAD_DIM):
-            dot = fmaf(q[hs + j], keys[k_t + j], dot)
-        logits_local[t] = dot * ATTN_SCALE
-        if logits_local[t] > max_val:
-            max_val = logits_local[t]
-
-    for t in range(pos_id + 1):
-        w = expf(logits_local[t] - max_val)
-        weights_local[t] = w
-        total += w
-
-    inv_sum = ONE / total
-    for t in range(pos_id + 1):
-        w = weights_local[t] * inv_sum
-        attn_logits[h * BLOCK_SIZE + t] = logits_local[t]
-        attn_weights[h * BLOCK_SIZE + t] = w
-        weights_local[t] = w
-
+        attn_logits[row + t] = head_dot(q[hs:], keys[t * N_EMBD + hs:]) * ATTN_SCALE
+    attention_softmax(attn_logits[row:], attn_weights[row:], pos_id + 1)
     for j in range(HEAD_DIM):
-        out = ZERO
-        for t in range(pos_id + 1):
-            out = fmaf(weights_local[t], values[t * N_EMBD + hs + j], out)
-        attn_out[hs + j] = out
+        attn_out[hs + j] = attention_mix(attn_weights[row:], values[hs + j:], pos_id + 1)
+
+
+@cuda.jit(device=True)
+def attention_weighted_sum(grad_out_h, values_h, weights_h, count):
+    """sum_t (grad_out . values[t]) * weights[t] for one head (the _h views start at the head)."""
+    weighted_sum = ZERO
+    for t in range(count):
+        weighted_sum = fmaf(head_dot(grad_out_h, values_h[t * N_EMBD:]), weights_h[t], weighted_sum)
+    return weighted_sum
+
+
+@cuda.jit(device=True)
+def attention_grad_logit(grad_out_h, values_h, weights_h, t, weighted_sum):
+    return weights_h[t] * (head_dot(grad_out_h, values_h[t * N_EMBD:]) - weighted_sum)
+
+
+@cuda.jit(device=True)
+def scaled_grad(grad_logit, x, acc):
+    """acc + grad_logit * x * scale: one position's term of grad_q[j] or grad_keys[t][j]."""
+    return fmaf(grad_logit * x, ATTN_SCALE, acc)
 
 
 @cuda.jit(device=True)
 def attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id, h):
     """Head h's gradients: grad_q is written, grad_keys/grad_values rows 0..pos_id accumulate."""
     hs = h * HEAD_DIM
-    grad_w = cuda.local.array(BLOCK_SIZE, np.float32)
+    grad_out_h = grad_attn_out[hs:]
+    values_h = values[hs:]
+    weights_h = attn_weights[h * BLOCK_SIZE:]
     grad_q_local = cuda.local.array(HEAD_DIM, np.float32)
-    weighted_sum = ZERO
+
+    for t in range(pos_id + 1):
+        for j in range(HEAD_DIM):
+            grad_values[t * N_EMBD + hs + j] = fmaf(grad_out_h[j], weights_h[t], grad_values[t * N_EMBD + hs + j])
+    weighted_sum = attention_weighted_sum(grad_out_h, values_h, weights_h, pos_id + 1)
 
     for j in range(HEAD_DIM):
         grad_q_local[j] = ZERO
-
     for t in range(pos_id + 1):
-        row = t * N_EMBD + hs
-        dot = ZERO
-        weight = attn_weights[h * BLOCK_SIZE + t]
+        grad_logit = attention_grad_logit(grad_out_h, values_h, weights_h, t, weighted_sum)
         for j in range(HEAD_DIM):
-            go = grad_attn_out[hs + j]
-            dot = fmaf(go, values[row + j], dot)
-            grad_values[row + j] = fmaf(go, weight, grad_values[row + j])
-        grad_w[t] = dot
-        weighted_sum = fmaf(dot, weight, weighted_sum)
-
-    for t in range(pos_id + 1):
-        row = t * N_EMBD + hs
-        weight = attn_weights[h * BLOCK_SIZE + t]
-        grad_logit = weight * (grad_w[t] - weighted_sum)
-        for j in range(HEAD_DIM):
-            grad_q_local[j] = fmaf(grad_logit * keys[row + j], ATTN_SCALE, grad_q_local[j])
-            grad_keys[row + j] = fmaf(grad_logit * q[hs + j], ATTN_SCALE, grad_keys[row + j])
+            row = t * N_EMBD + hs + j
+            grad_q_local[j] = scaled_grad(grad_logit, keys[row], grad_q_local[j])
+            grad_keys[row] = scaled_grad(grad_logit, q[hs + j], grad_keys[row])
 
     for j in range(HEAD_DIM):
         grad_q[hs + j] = grad_q_local[j]
