@@ -34,8 +34,8 @@ if config.ENABLE_CUDASIM:
     TILE_J, TILE_R, TILE_S = 32, 8, 256
 else:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 128, 256, 1024
-    TILE_J = 64  # tf_matmul: outputs j per block, one per thread
-    TILE_R = 8  # rows i per thread
+    TILE_J = 64  # tf_matmul: a block is TILE_J outputs j by TILE_R rows i, a thread each
+    TILE_R = 8
     TILE_S = 32  # summation indices staged in shared memory at a time
 
 
@@ -152,27 +152,26 @@ def tf_matmul(a, b, b_by_output, init, out, rows, scale, scaled, fused):
     """out[i, j] = init[j] + sum over s ascending of a[i, s] * B(s, j), for rows
     rows[0] <= i < rows[1], then times scale when `scaled`. B(s, j) is b[s, j] (tf_fc's weight
     (in, out); wte in the unembedding backward) or, with b_by_output, b[j, s] (the weight as
-    tf_fc_back reads it; wte in the unembedding). Each output's sum runs alone in one thread,
-    in tf.c's order: tiles only stage a and b in shared memory so that a thread reuses one b
-    value for TILE_R rows. Dot products that tf.c starts from 0 pass init = zeros."""
-    tj = cuda.threadIdx.x
+    tf_fc_back reads it; wte in the unembedding). Thread (x, y) of a (TILE_J, TILE_R) block owns
+    out[i0 + y, j0 + x] and runs its sum alone, in tf.c's order; the block only stages tiles of
+    a and b in shared memory, so each value read from memory serves many threads. Dot products
+    that tf.c starts from 0 pass init = zeros."""
+    tj, r = cuda.threadIdx.x, cuda.threadIdx.y
+    t = r * TILE_J + tj
     j0 = cuda.blockIdx.x * TILE_J
     i0 = rows[0] + cuda.blockIdx.y * TILE_R
     i_end = rows[1]
     J, S = out.shape[1], a.shape[1]
-    j = j0 + tj
+    j, i = j0 + tj, i0 + r
     sa = cuda.shared.array((TILE_R, TILE_S), np.float32)
     sb = cuda.shared.array((TILE_S, TILE_J), np.float32)
-    acc = cuda.local.array(TILE_R, np.float32)
-    start = init[j] if j < J else ZERO
-    for r in range(TILE_R):
-        acc[r] = start
+    acc = init[j] if j < J else ZERO
     for s0 in range(0, S, TILE_S):
-        for q in range(tj, TILE_R * TILE_S, TILE_J):
-            r, ss = q // TILE_S, q % TILE_S
-            if i0 + r < i_end and s0 + ss < S:
-                sa[r, ss] = a[i0 + r, s0 + ss]
-        for q in range(tj, TILE_S * TILE_J, TILE_J):
+        for q in range(t, TILE_R * TILE_S, TILE_J * TILE_R):
+            rr, ss = q // TILE_S, q % TILE_S
+            if i0 + rr < i_end and s0 + ss < S:
+                sa[rr, ss] = a[i0 + rr, s0 + ss]
+        for q in range(t, TILE_S * TILE_J, TILE_J * TILE_R):
             if b_by_output:  # consecutive threads read along s, b's rows
                 jj, ss = q // TILE_S, q % TILE_S
                 if j0 + jj < J and s0 + ss < S:
@@ -183,14 +182,10 @@ def tf_matmul(a, b, b_by_output, init, out, rows, scale, scaled, fused):
                     sb[ss, jj] = b[s0 + ss, j0 + jj]
         cuda.syncthreads()
         for ss in range(min(TILE_S, S - s0)):
-            w = sb[ss, tj]
-            for r in range(TILE_R):
-                acc[r] = mad(fused, sa[r, ss], w, acc[r])
+            acc = mad(fused, sa[r, ss], sb[ss, tj], acc)
         cuda.syncthreads()
-    if j < J:
-        for r in range(TILE_R):
-            if i0 + r < i_end:
-                out[i0 + r, j] = mul(acc[r], scale) if scaled else acc[r]
+    if j < J and i < i_end:
+        out[i, j] = mul(acc, scale) if scaled else acc
 
 
 @cuda.jit

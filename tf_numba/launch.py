@@ -52,4 +52,4 @@ def matmul(a, b, b_by_output, init, out, rows, n_rows, fused, scale=None):
     grid = (-(-out.shape[1] // K.TILE_J), -(-n_rows // K.TILE_R))
     scaled = scale is not None
     scale = K.ONE if scale is None else scale
-    K.tf_matmul[grid, K.TILE_J, Target.stream](a, b, b_by_output, init, out, rows, scale, scaled, fused)
+    K.tf_matmul[grid, (K.TILE_J, K.TILE_R), Target.stream](a, b, b_by_output, init, out, rows, scale, scaled, fused)
