@@ -71,3 +71,25 @@ def test_tf_c_constants_sums_match_the_seed_fixture():
     fixture = json.loads(path.read_text())
     assert [(c["label"], c["count"]) for c in fixture["checkpoints"]] == checkpoints(GPT2)
     assert [float.fromhex(c["sum"]) for c in fixture["checkpoints"]] == TF_C_SUMS
+
+
+def test_sums_one_layer_live_oracle(tf_c, tmp_path):
+    """Another shape, read from the weights alone (1 layer, 2 heads of 16, V=80, S=16, T=4):
+    the seed tf.c, built and run here by the oracle tool, against the port: all 39 sums and the
+    greedy tokens. One layer is the case where checkpoint 36 repeats checkpoint 14."""
+    import tf_oracle
+    from tf_assets import write_synthetic
+
+    from tf_numba.checkpoints import Config
+    from tf_numba.generate import generate
+
+    cfg = Config(d_vocab=80, d_seq=16, d_model=32, n_heads=2, n_layers=1)
+    write_synthetic(tmp_path, cfg, n_tokens=8)
+    record, generation = tf_oracle.run_oracle(tf_c, tmp_path, "fma", input_size=4, generate=2)
+    fixture = tmp_path / "oracle.json"
+    fixture.write_text(json.dumps(record))
+    check_sums(tmp_path, fixture)
+
+    got_cfg, tensors = assets.load_model(tmp_path / "model.safetensors")
+    assert got_cfg == cfg
+    assert generate(TFModel(cfg, tensors, "fma"), generation["prompt"], 2) == generation["tokens"]
