@@ -38,6 +38,9 @@ from .devmath import fmaf
 from .model import adam_schedule
 
 THREADS = 512
+# 512 threads x 128 registers fill an SM's 64K registers. Uncapped, ptxas gives train_kernel 168 for
+# sm_90 and the launch would fail; capped, it spills 4 bytes. The simulator takes no such option.
+KERNEL_OPTIONS = {"cache": True} if config.ENABLE_CUDASIM else {"cache": True, "max_registers": 128}
 # The kernels' static shared arrays (softmax lanes, tables) stay under this; the rest of the
 # block's opt-in shared memory may hold staged arenas.
 STATIC_SHARED_BYTES = 48 * 1024
@@ -430,7 +433,7 @@ def arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt):
     return params, cache, pos_scratch
 
 
-@cuda.jit(cache=True)
+@cuda.jit(**KERNEL_OPTIONS)
 def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g,
                  vocab_size, doc_tokens, doc_start, num_docs, schedule, num_steps, loss_sums):
     """Steps 0..num_steps-1: forward_sequence (summing the loss into loss_sums[step]), backward, Adam."""
@@ -480,7 +483,7 @@ def pick_token(probs, n, r):
     return n - 1
 
 
-@cuda.jit(cache=True)
+@cuda.jit(**KERNEL_OPTIONS)
 def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, kvtab_g, stab_g, vocab_size, bos_id,
                     inv_temperature, uniforms, num_samples, samples, lengths):
     """generate_samples on device: uniforms[k] is the k-th rand_uniform() draw after the init."""
