@@ -31,9 +31,11 @@ EPS = f32(1e-5)
 # results do not depend on it; the simulator (a Python thread per CUDA thread) gets small blocks.
 if config.ENABLE_CUDASIM:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 8, 8, 8
+    SOFTMAX_CHUNK = 32
     TILE_J, TILE_R, TILE_S = 32, 8, 256
 else:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 128, 256, 1024
+    SOFTMAX_CHUNK = 4096  # exps staged in shared memory for the sequential sum
     TILE_J = 64  # tf_matmul: a block is TILE_J outputs j by TILE_R rows i, a thread each
     TILE_R = 8
     TILE_S = 32  # summation indices staged in shared memory at a time
@@ -75,9 +77,8 @@ LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda
 
 
 @cuda.jit(device=True)
-def sequential_sum(x, n):
-    """x[0] + x[1] + ... in order, in float32 (loads four at a time so they overlap)."""
-    total = ZERO
+def sequential_sum(total, x, n):
+    """total + x[0] + x[1] + ... in order, in float32 (loads four at a time so they overlap)."""
     k = 0
     while k + 4 <= n:
         a0, a1, a2, a3 = x[k], x[k + 1], x[k + 2], x[k + 3]
@@ -124,7 +125,7 @@ def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
         row[k] = inp[i, k]
     cuda.syncthreads()
     if t == 0:
-        m = sequential_sum(row, D) / f32(D)
+        m = sequential_sum(ZERO, row, D) / f32(D)
         stats[0] = m
     cuda.syncthreads()
     m = stats[0]
@@ -238,7 +239,7 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     cuda.syncthreads()
     if t == 0:
         dL_din_norm, in_norm = staged[:D], staged[D:]
-        partial[0] = sequential_sum(dL_din_norm, D) / f32(D)
+        partial[0] = sequential_sum(ZERO, dL_din_norm, D) / f32(D)
         partial[1] = sequential_mad(dL_din_norm, in_norm, D, fused) / f32(D)
     cuda.syncthreads()
     mean_partial, var_partial = partial[0], partial[1]
@@ -327,11 +328,22 @@ def tf_unembedding_softmax(out, rows):
         partial[0] = m
     cuda.syncthreads()
     softmax_max = partial[0]
-    for v in range(t, V, SOFTMAX_THREADS):
-        out[i, v] = expf(out[i, v] - softmax_max)
-    cuda.syncthreads()
+    # The exps go to the row and, a chunk at a time, to shared memory, where one thread adds
+    # them in order (from shared memory its loads are short).
+    chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
+    softmax_exp_sum = ZERO
+    for c0 in range(0, V, SOFTMAX_CHUNK):
+        n = min(SOFTMAX_CHUNK, V - c0)
+        for v in range(t, n, SOFTMAX_THREADS):
+            e = expf(out[i, c0 + v] - softmax_max)
+            out[i, c0 + v] = e
+            chunk[v] = e
+        cuda.syncthreads()
+        if t == 0:
+            softmax_exp_sum = sequential_sum(softmax_exp_sum, chunk, n)
+        cuda.syncthreads()
     if t == 0:
-        partial[1] = ONE / sequential_sum(out[i], V)
+        partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()
     r_softmax_exp_sum = partial[1]
     for v in range(t, V, SOFTMAX_THREADS):
