@@ -1,4 +1,6 @@
 """One kernel per tf.c routine or loop nest, each thread owning whole output elements.
+tf_matmul serves every dot-product loop nest: tf_fc, the input gradients of tf_fc_back and of
+the unembedding, and the unembedding itself.
 
 Element-wise kernels walk their elements in a grid-stride loop: on the GPU the launch gives one
 thread per element, in the simulator one thread walks them all (see launch.py).
