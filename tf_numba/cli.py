@@ -59,6 +59,9 @@ def encode_prompt(text, bpe_file):
         else:
             encoding = tiktoken.get_encoding("gpt2")
     except Exception as exc:
+        if bpe_file:
+            raise AssetError(f"cannot read --bpe-file {bpe_file} ({type(exc).__name__}): give GPT-2's "
+                             f".tiktoken ranks file") from None
         raise AssetError(f"cannot load GPT-2's tokenizer ({type(exc).__name__}): pass --bpe-file PATH "
                          f"(a gpt2.tiktoken ranks file) to encode --prompt offline") from None
     return encoding.encode_ordinary(text)

@@ -145,3 +145,20 @@ def test_no_gpu(tiny_assets):
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert r.stderr.count("\n") == 1 and "no CUDA GPU" in r.stderr, r.stderr
+
+
+def test_prompt_not_in_a_tiny_vocabulary(capsys, tiny_assets, shared):
+    bpe = shared / "data" / "gpt2.tiktoken"
+    if not bpe.is_file():
+        pytest.skip(f"{bpe} is not here")
+    one_line_error(capsys, ["--assets", str(tiny_assets), "--tokens", "2", "--prompt", "Hello world",
+                            "--bpe-file", str(bpe)], "vocabulary of 96")
+
+
+def test_unreadable_bpe_file(capsys, tiny_assets, tmp_path):
+    one_line_error(capsys, ["--assets", str(tiny_assets), "--tokens", "2", "--prompt", "Hi",
+                            "--bpe-file", str(tmp_path / "missing.tiktoken")], "--bpe-file")
+
+
+def test_too_many_tokens_for_the_model(capsys, tiny_assets):
+    one_line_error(capsys, ["--assets", str(tiny_assets), "--tokens", "40"], "pick 1 to 31")
