@@ -41,6 +41,9 @@ else:
     TILE_J = 64  # tf_matmul: a block is TILE_J outputs j by TILE_R rows i, a thread each
     TILE_R = 8
     TILE_S = 32  # summation indices staged in shared memory at a time
+# b's tile rows get one spare column, so a warp storing down a column of it (b_by_output) hits
+# 32 different shared-memory banks (a constant: cuda.shared.array needs one)
+TILE_J_PADDED = TILE_J + 1
 
 
 @cuda.jit
@@ -167,7 +170,7 @@ def tf_matmul(a, b, b_by_output, init, out, rows, scale, scaled, fused):
     J, S = out.shape[1], a.shape[1]
     j, i = j0 + tj, i0 + r
     sa = cuda.shared.array((TILE_R, TILE_S), np.float32)
-    sb = cuda.shared.array((TILE_S, TILE_J), np.float32)
+    sb = cuda.shared.array((TILE_S, TILE_J_PADDED), np.float32)
     acc = init[j] if j < J else ZERO
     for s0 in range(0, S, TILE_S):
         for q in range(t, TILE_R * TILE_S, TILE_J * TILE_R):
