@@ -212,34 +212,44 @@ def attention_forward_positions(cache, postab, lc, keys, values, first, count, t
 
 
 @cuda.jit(device=True)
-def tree_reduce(red, first, count, take_max, tid, nt):
-    """scaled_softmax's tree over SOFTMAX_THREADS lanes, for each position's row of red."""
+def live_tree(row, live, take_max):
+    """scaled_softmax's tree over SOFTMAX_THREADS lanes in one thread, skipping the steps whose right
+    operand is a lane past the last live one (lane >= vocabulary size): such a lane holds the
+    reduction's identity (-1e30, below every live lane's max, or +0 beside non-negative sums), so
+    each skipped step would leave its left operand unchanged, and the result is the same float."""
     stride = SOFTMAX_THREADS // 2
     while stride > 0:
-        for k in range(tid, count * stride, nt):
-            tree_step(red[first + k // stride], k % stride, stride, take_max)
-        cuda.syncthreads()
+        for lane in range(live - stride):
+            tree_step(row, lane, stride, take_max)
+        live = min(live, stride)
         stride >>= 1
 
 
 @cuda.jit(device=True)
-def softmax_positions(cache, postab, vocab_size, scale, first, count, red_max, red_sum, tid, nt):
-    """scaled_softmax_kernel (SOFTMAX_THREADS threads) for positions first..first+count-1 at once."""
+def softmax_positions(cache, postab, vocab_size, scale, first, count, red, tid, nt):
+    """scaled_softmax_kernel (SOFTMAX_THREADS threads) for positions first..first+count-1 at once:
+    the lanes' strided work in parallel, each position's two trees by one thread in red[pos]."""
     lanes = SOFTMAX_THREADS
-    for k in range(tid, count * lanes, nt):
-        pos, lane = first + k // lanes, k % lanes
-        red_max[pos, lane] = softmax_local_max(cache[postab[pos, LOGITS]:], scale, vocab_size, lane, lanes)
+    live = min(vocab_size, lanes)
+    for k in range(tid, count * live, nt):
+        pos, lane = first + k // live, k % live
+        red[pos, lane] = softmax_local_max(cache[postab[pos, LOGITS]:], scale, vocab_size, lane, lanes)
     cuda.syncthreads()
-    tree_reduce(red_max, first, count, True, tid, nt)
-    for k in range(tid, count * lanes, nt):
-        pos, lane = first + k // lanes, k % lanes
-        red_sum[pos, lane] = softmax_local_exp(cache[postab[pos, LOGITS]:], cache[postab[pos, PROBS]:], scale,
-                                               red_max[pos, 0], vocab_size, lane, lanes)
+    for pos in range(first + tid, first + count, nt):
+        live_tree(red[pos], live, True)
+        red[pos, lanes] = red[pos, 0]  # the max, kept past the lanes the sums overwrite
     cuda.syncthreads()
-    tree_reduce(red_sum, first, count, False, tid, nt)
-    for k in range(tid, count * lanes, nt):
-        pos, lane = first + k // lanes, k % lanes
-        softmax_normalize(cache[postab[pos, PROBS]:], ONE / red_sum[pos, 0], vocab_size, lane, lanes)
+    for k in range(tid, count * live, nt):
+        pos, lane = first + k // live, k % live
+        red[pos, lane] = softmax_local_exp(cache[postab[pos, LOGITS]:], cache[postab[pos, PROBS]:], scale,
+                                           red[pos, lanes], vocab_size, lane, lanes)
+    cuda.syncthreads()
+    for pos in range(first + tid, first + count, nt):
+        live_tree(red[pos], live, False)
+    cuda.syncthreads()
+    for k in range(tid, count * live, nt):
+        pos, lane = first + k // live, k % live
+        softmax_normalize(cache[postab[pos, PROBS]:], ONE / red[pos, 0], vocab_size, lane, lanes)
     cuda.syncthreads()
 
 
@@ -446,15 +456,14 @@ def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pc
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
     stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
     load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
-    red_max = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
-    red_sum = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
+    red = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS + 1), np.float32)
     wsum = cuda.shared.array((BLOCK_SIZE, N_HEAD), np.float32)
     for step in range(num_steps):
         doc = step % num_docs
         tokens = doc_tokens[doc_start[doc]:]
         n = min(doc_start[doc + 1] - doc_start[doc] - 1, BLOCK_SIZE)
         forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, 0, n, tid, nt)
-        softmax_positions(cache, postab, vocab_size, ONE, 0, n, red_max, red_sum, tid, nt)
+        softmax_positions(cache, postab, vocab_size, ONE, 0, n, red, tid, nt)
         if tid == 0:  # forward_sequence's total_loss, in position order
             for pos in range(n):
                 accumulate_loss(cache[postab[pos, PROBS]:], tokens[pos + 1], loss_sums, step)
@@ -495,8 +504,7 @@ def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, 
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
     stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
     load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
-    red_max = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
-    red_sum = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS), np.float32)
+    red = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS + 1), np.float32)
     tokens = cuda.shared.array(BLOCK_SIZE, np.int32)
     draw = 0
     for s in range(num_samples):
@@ -507,7 +515,7 @@ def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, 
                 tokens[pos] = token_id
             cuda.syncthreads()
             forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, pos, pos + 1, tid, nt)
-            softmax_positions(cache, postab, vocab_size, inv_temperature, pos, 1, red_max, red_sum, tid, nt)
+            softmax_positions(cache, postab, vocab_size, inv_temperature, pos, 1, red, tid, nt)
             token_id = pick_token(cache[postab[pos, PROBS]:], vocab_size, uniforms[draw])
             draw += 1
             if token_id == bos_id:
