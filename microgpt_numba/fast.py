@@ -39,7 +39,7 @@ from .model import adam_schedule
 
 THREADS = 512
 # 512 threads x 128 registers fill an SM's 64K registers. Uncapped, ptxas gives train_kernel 168 for
-# sm_90 and the launch would fail; capped, it spills 4 bytes. The simulator takes no such option.
+# sm_90 and the launch would fail; capped, it spills 32 bytes. The simulator takes no such option.
 KERNEL_OPTIONS = {"cache": True} if config.ENABLE_CUDASIM else {"cache": True, "max_registers": 128}
 # The kernels' static shared arrays (softmax lanes, tables) stay under this; the rest of the
 # block's opt-in shared memory may hold staged arenas.
@@ -61,6 +61,7 @@ LC_FIELDS = len(LAYER_CACHE_FIELDS)
 N_PARAMS = 3 + 6 * N_LAYER
 POS_COLUMNS = POS_FIELDS + N_LAYER * LC_FIELDS
 SCRATCH_FIELDS = len(scratch_fields(0))
+RED_COLUMNS = SOFTMAX_THREADS + 1  # a position's softmax lanes, then its max
 
 
 def _address(view):
@@ -456,7 +457,7 @@ def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pc
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
     stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
     load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
-    red = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS + 1), np.float32)
+    red = cuda.shared.array((BLOCK_SIZE, RED_COLUMNS), np.float32)
     wsum = cuda.shared.array((BLOCK_SIZE, N_HEAD), np.float32)
     for step in range(num_steps):
         doc = step % num_docs
@@ -504,7 +505,7 @@ def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, 
     kvtab = cuda.shared.array((N_LAYER, 4), np.int32)
     stab = cuda.shared.array(SCRATCH_FIELDS, np.int32)
     load_tables(ptab_g, postab_g, kvtab_g, stab_g, ptab, postab, kvtab, stab, tid, nt)
-    red = cuda.shared.array((BLOCK_SIZE, SOFTMAX_THREADS + 1), np.float32)
+    red = cuda.shared.array((BLOCK_SIZE, RED_COLUMNS), np.float32)
     tokens = cuda.shared.array(BLOCK_SIZE, np.int32)
     draw = 0
     for s in range(num_samples):
