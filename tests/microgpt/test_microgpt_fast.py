@@ -9,6 +9,7 @@ the reference's state after its first step is what a one-step run must end with.
 """
 import numpy as np
 import pytest
+from numba import cuda
 
 from microgpt_numba import fast
 from microgpt_numba.arena import KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Model, Scratch, TrainCache, \
@@ -17,13 +18,15 @@ from microgpt_numba.arena import KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Mode
 from microgpt_numba.constants import BLOCK_SIZE
 from microgpt_numba.dataset import load_dataset, tokenize_doc
 from microgpt_numba.glibc_rand import GlibcRand
+from microgpt_numba.kernels import NEG_HUGE, SOFTMAX_THREADS
 from microgpt_numba.model import StepValues, train_step
 from microgpt_numba.sample import generate_samples
 
 # After the shuffle the steps train on "c" (2 positions), then the 17-byte document (the block's 16
 # positions, with tokens seen up to 6 times, so wte gradient rows sum over many positions), then
 # "c" again (cache rows 2..15 keep the long document's values; grad_keys/grad_values rows are zero).
-DOCS = [b"abcabcabcabcbbcaa", b"c"]
+# A vocabulary of 5, not a power of two, leaves a softmax tree level partly live (live_tree).
+DOCS = [b"abcdabcdabcabbdaa", b"c"]
 STEPS, SAMPLES, TEMPERATURE = 3, 1, np.float32(0.8)
 
 
@@ -69,6 +72,42 @@ def test_table_columns_follow_the_arena_field_order():
         (len(columns["position"]), len(columns["layer"]), len(columns["scratch"]))
 
 
+@cuda.jit
+def live_tree_kernel(rows, lives, take_max):
+    for r in range(rows.shape[0]):
+        fast.live_tree(rows[r], lives[r], take_max)
+
+
+def full_tree(row, take_max):
+    """scaled_softmax's tree over all SOFTMAX_THREADS lanes, as its threads run it."""
+    row = row.copy()
+    stride = SOFTMAX_THREADS // 2
+    while stride:
+        left, right = row[:stride], row[stride:2 * stride]
+        row[:stride] = np.where(right > left, right, left) if take_max else left + right
+        stride //= 2
+    return row[0]
+
+
+@pytest.mark.parametrize("take_max", [True, False], ids=["max", "sum"])
+def test_live_tree_is_the_full_tree(take_max):
+    """Lanes past the vocabulary hold the identity (-1e30 for the max; +0 for sums of expf values)."""
+    vocab_sizes = [1, 2, 3, 5, 16, 17, 27, 31, 32, 33, 100, 255, 256, 300]
+    rng = np.random.default_rng(0)
+    rows = np.zeros((len(vocab_sizes), SOFTMAX_THREADS + 1), dtype=np.float32)
+    identity = NEG_HUGE if take_max else np.float32(0)
+    for r, v in enumerate(vocab_sizes):
+        live = min(v, SOFTMAX_THREADS)
+        rows[r, :] = identity
+        rows[r, :live] = rng.normal(size=live) * 3 if take_max else rng.random(live)
+        rows[r, :live:7] = identity if take_max else rows[r, :live:7]  # lanes whose max stayed at -1e30
+    expected = [full_tree(row, take_max) for row in rows]
+    lives = np.minimum(vocab_sizes, SOFTMAX_THREADS).astype(np.int32)
+    d_rows = cuda.to_device(rows)
+    live_tree_kernel[1, 1](d_rows, cuda.to_device(lives), take_max)
+    assert d_rows.copy_to_host()[:, 0].view(np.uint32).tolist() == np.array(expected).view(np.uint32).tolist()
+
+
 @pytest.fixture(scope="module")
 def reference():
     gen, dataset, arenas, model, cache, scratch = setup()
@@ -90,7 +129,7 @@ def reference():
 
 def test_documents_cover_the_cases():
     _, dataset, _, _, _, _ = setup()
-    assert dataset.docs == [b"c", b"abcabcabcabcbbcaa"] and STEPS == 3
+    assert dataset.docs == [b"c", b"abcdabcdabcabbdaa"] and dataset.vocab_size == 5 and STEPS == 3
 
 
 def test_fast_engine_reproduces_reference_engine(reference):
