@@ -290,41 +290,13 @@ def attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, gra
 
 
 @cuda.jit(device=True)
-def sum_in_halves(w, start, stride, x, count):
-    """cuBLAS's sgemv order at microgpt's shapes: two contiguous halves (the first one longer when
-    count is odd), each summed in order with fma, then added (tools/cublas_order_probe.cu)."""
-    half = (count + 1) // 2
-    first = ZERO
-    for k in range(half):
-        first = fmaf(w[start + k * stride], x[k], first)
-    second = ZERO
-    for k in range(half, count):
-        second = fmaf(w[start + k * stride], x[k], second)
-    return first + second
-
-
-@cuda.jit(device=True)
-def sum_in_pairs(w, start, x, count):
-    """cuBLAS's sgemv OP_T order for 64 terms: 32 pairs, each fma'd from zero, added by a halving tree."""
-    part = cuda.local.array(32, np.float32)
-    for p in range(count // 2):
-        part[p] = fmaf(w[start + 2 * p + 1], x[2 * p + 1], fmaf(w[start + 2 * p], x[2 * p], ZERO))
-    width = count // 4
-    while width > 0:
-        for p in range(width):
-            part[p] = part[p] + part[p + width]
-        width //= 2
-    return part[0]
-
-
-@cuda.jit(device=True)
 def sgemv_t(w, x, y, rows, cols, r):
-    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c], in cuBLAS's order."""
+    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c], c ascending."""
     if r < rows:
-        if cols == 64:
-            y[r] = sum_in_pairs(w, r * cols, x, cols)
-        else:
-            y[r] = sum_in_halves(w, r * cols, 1, x, cols)
+        acc = ZERO
+        for c in range(cols):
+            acc = fmaf(w[r * cols + c], x[c], acc)
+        y[r] = acc
 
 
 @cuda.jit(device=True)
@@ -340,7 +312,10 @@ def sger(x, grad_out, grad_w, rows, cols, idx):
 def sgemv_n(w, grad_out, grad_x, rows, cols, c):
     """launch_linear_backward's cublasSgemv(OP_N, beta 1): grad_x[c] += sum_r w[r, c] * grad_out[r]."""
     if c < cols:
-        grad_x[c] += sum_in_halves(w, c, cols, grad_out, rows)
+        acc = ZERO
+        for r in range(rows):
+            acc = fmaf(w[r * cols + c], grad_out[r], acc)
+        grad_x[c] += acc
 
 
 @cuda.jit(device=True)
