@@ -41,6 +41,9 @@ else:
     TILE_J = 64  # tf_matmul: a block is TILE_J outputs j by TILE_R rows i, a thread each
     TILE_R = 8
     TILE_S = 32  # summation indices staged in shared memory at a time
+# Unbounded, ptxas gives tf_matmul 160 registers, too many for TILE_J * TILE_R = 512 threads
+# (the launch fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES); 128 fits them (124, no spills).
+MATMUL_OPTIONS = {} if config.ENABLE_CUDASIM else {"max_registers": 65536 // (TILE_J * TILE_R)}
 # b's tile rows get one spare column, so a warp storing down a column of it (b_by_output) hits
 # 32 different shared-memory banks (a constant: cuda.shared.array needs one)
 TILE_J_PADDED = TILE_J + 1
@@ -153,7 +156,7 @@ def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
 
 
 
-@cuda.jit
+@cuda.jit(**MATMUL_OPTIONS)
 def tf_matmul(a, b, b_by_output, init, out, rows, scale, scaled, fused):
     """out[i, j] = init[j] + sum over s ascending of a[i, s] * B(s, j), for rows
     rows[0] <= i < rows[1], then times scale when `scaled`. B(s, j) is b[s, j] (tf_fc's weight
