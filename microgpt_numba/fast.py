@@ -10,7 +10,8 @@ is computed with the C's operations in the C's order:
   scratch arena); what the C accumulates over positions (every parameter gradient element, the
   attention's grad_keys/grad_values rows, the wte row of a token seen twice) is summed by one
   thread per element over the positions in the C's order, n-1 down to 0;
-- softmaxes reduce over SOFTMAX_THREADS lanes per position, exactly as scaled_softmax_kernel.
+- a position's softmax runs its lanes' strided work in parallel and scaled_softmax_kernel's two
+  trees over SOFTMAX_THREADS lanes in one thread (live_tree).
 
 It uses the reference engine's arenas: the host passes each view's offset (tables built from the
 reference structs) and the kernels carve the same views. When the arenas fit in shared memory the
@@ -32,14 +33,14 @@ from .glibc_rand import rand_uniform
 from .kernels import (SOFTMAX_THREADS, ZERO, ONE, accumulate_loss, adam_update, attention_grad_logit, attention_mix,
                       attention_softmax, attention_weighted_sum, cross_entropy_backward, head_dot, relu_backward,
                       relu_forward, rms_scale, rmsnorm_backward_at, rmsnorm_backward_terms, rmsnorm_forward_at,
-                      row_add, scaled_grad, sgemv_n, sger, sgemv_t, softmax_local_exp, softmax_local_max,
+                      row_add, scaled_grad, sgemv_n, sger_term, sgemv_t, softmax_local_exp, softmax_local_max,
                       softmax_normalize, tree_step, vec_add, vec_add_inplace, ATTN_SCALE)
 from .devmath import fmaf
 from .model import adam_schedule
 
 THREADS = 512
-# 512 threads x 128 registers fill an SM's 64K registers. Uncapped, ptxas gives train_kernel 168 for
-# sm_90 and the launch would fail; capped, it spills 32 bytes. The simulator takes no such option.
+# 512 threads x 128 registers fill an SM's 64K registers. Uncapped, ptxas gives train_kernel 137 for
+# sm_90 and the launch would fail; capped, it spills nothing. The simulator takes no such option.
 KERNEL_OPTIONS = {"cache": True} if config.ENABLE_CUDASIM else {"cache": True, "max_registers": 128}
 # The kernels' static shared arrays (softmax lanes, tables) stay under this; the rest of the
 # block's opt-in shared memory may hold staged arenas.
@@ -156,13 +157,13 @@ def forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, fi
         attention_forward_positions(cache, postab, lc, keys, values, first, count, tid, nt)
         for k in range(tid, count * N_EMBD, nt):
             pos, r = first + k // N_EMBD, k % N_EMBD
-            sgemv_t(params[ptab[pw + WO, DATA]:], cache[postab[pos, lc + ATTN_OUT]:], cache[postab[pos, lc + ATTN_PROJ]:],
-                    N_EMBD, N_EMBD, r)
+            sgemv_t(params[ptab[pw + WO, DATA]:], cache[postab[pos, lc + ATTN_OUT]:],
+                    cache[postab[pos, lc + ATTN_PROJ]:], N_EMBD, N_EMBD, r)
         cuda.syncthreads()
         for k in range(tid, count * N_EMBD, nt):
             pos, i = first + k // N_EMBD, k % N_EMBD
-            vec_add(cache[postab[pos, lc + ATTN_PROJ]:], cache[postab[pos, lc + X_IN]:], cache[postab[pos, lc + MLP_IN]:],
-                    N_EMBD, i)
+            vec_add(cache[postab[pos, lc + ATTN_PROJ]:], cache[postab[pos, lc + X_IN]:],
+                    cache[postab[pos, lc + MLP_IN]:], N_EMBD, i)
         cuda.syncthreads()
         for k in range(tid, count * N_EMBD, nt):
             pos, i = first + k // N_EMBD, k % N_EMBD
@@ -273,9 +274,12 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
             grad_x[c] = ZERO
             sgemv_n(lm, ps[pos * sc + stab[GRAD_LOGITS]:], grad_x, vocab_size, N_EMBD, c)
         else:
+            e = k - n * N_EMBD
+            grad_w = params[ptab[LM_HEAD, GRAD]:]
+            acc = grad_w[e]
             for pos in range(n - 1, -1, -1):
-                sger(cache[postab[pos, top]:], ps[pos * sc + stab[GRAD_LOGITS]:], params[ptab[LM_HEAD, GRAD]:],
-                     vocab_size, N_EMBD, k - n * N_EMBD)
+                acc = sger_term(cache[postab[pos, top]:], ps[pos * sc + stab[GRAD_LOGITS]:], acc, N_EMBD, e)
+            grad_w[e] = acc
     cuda.syncthreads()
 
     for layer in range(N_LAYER - 1, -1, -1):
@@ -293,9 +297,12 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
                 if c < N_EMBD:
                     s[stab[GRAD_MLP_IN] + c] = s[stab[GRAD_X] + c]
             else:
+                e = k - n * MLP_HIDDEN
+                grad_w = params[ptab[pw + FC2, GRAD]:]
+                acc = grad_w[e]
                 for pos in range(n - 1, -1, -1):
-                    sger(cache[postab[pos, lc + RELU]:], ps[pos * sc + stab[GRAD_X]:], params[ptab[pw + FC2, GRAD]:],
-                         N_EMBD, MLP_HIDDEN, k - n * MLP_HIDDEN)
+                    acc = sger_term(cache[postab[pos, lc + RELU]:], ps[pos * sc + stab[GRAD_X]:], acc, MLP_HIDDEN, e)
+                grad_w[e] = acc
         cuda.syncthreads()
         # fc1: grad_mlp_norm = 0 + fc1^T grad_fc1; fc1.grad's sger.
         for k in range(tid, n * N_EMBD + MLP_HIDDEN * N_EMBD, nt):
@@ -306,9 +313,12 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
                 sgemv_n(params[ptab[pw + FC1, DATA]:], s[stab[GRAD_FC1]:], s[stab[GRAD_MLP_NORM]:], MLP_HIDDEN,
                         N_EMBD, c)
             else:
+                e = k - n * N_EMBD
+                grad_w = params[ptab[pw + FC1, GRAD]:]
+                acc = grad_w[e]
                 for pos in range(n - 1, -1, -1):
-                    sger(cache[postab[pos, lc + MLP_NORM]:], ps[pos * sc + stab[GRAD_FC1]:],
-                         params[ptab[pw + FC1, GRAD]:], MLP_HIDDEN, N_EMBD, k - n * N_EMBD)
+                    acc = sger_term(cache[postab[pos, lc + MLP_NORM]:], ps[pos * sc + stab[GRAD_FC1]:], acc, N_EMBD, e)
+                grad_w[e] = acc
         cuda.syncthreads()
         # rmsnorm_backward into grad_norm_tmp, grad_mlp_in += it, grad_x_in = grad_mlp_in.
         for k in range(tid, n * N_EMBD, nt):
@@ -327,9 +337,13 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
                 s[stab[GRAD_ATTN_OUT] + c] = ZERO
                 sgemv_n(params[ptab[pw + WO, DATA]:], s[stab[GRAD_MLP_IN]:], s[stab[GRAD_ATTN_OUT]:], N_EMBD, N_EMBD, c)
             else:
+                e = k - n * N_EMBD
+                grad_w = params[ptab[pw + WO, GRAD]:]
+                acc = grad_w[e]
                 for pos in range(n - 1, -1, -1):
-                    sger(cache[postab[pos, lc + ATTN_OUT]:], ps[pos * sc + stab[GRAD_MLP_IN]:],
-                         params[ptab[pw + WO, GRAD]:], N_EMBD, N_EMBD, k - n * N_EMBD)
+                    acc = sger_term(cache[postab[pos, lc + ATTN_OUT]:], ps[pos * sc + stab[GRAD_MLP_IN]:], acc,
+                                    N_EMBD, e)
+                grad_w[e] = acc
         cuda.syncthreads()
         attention_backward_positions(cache, ps, sc, postab, kvtab, stab, wsum, lc, layer, n, tid, nt)
         # wq, wk, wv: grad_attn_norm = 0 + q's + k's + v's sgemv_n, in that order; their three sgers.
@@ -347,11 +361,14 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
             else:
                 e = k - n * N_EMBD
                 which = e // (N_EMBD * N_EMBD)
+                e -= which * N_EMBD * N_EMBD
+                grad_w = params[ptab[pw + WQ + which, GRAD]:]
+                acc = grad_w[e]
                 for pos in range(n - 1, -1, -1):
                     grad_out = ps[pos * sc + stab[GRAD_Q]:] if which == 0 else \
                         (grad_keys[pos * N_EMBD:] if which == 1 else grad_values[pos * N_EMBD:])
-                    sger(cache[postab[pos, lc + ATTN_NORM]:], grad_out, params[ptab[pw + WQ + which, GRAD]:], N_EMBD,
-                         N_EMBD, e - which * N_EMBD * N_EMBD)
+                    acc = sger_term(cache[postab[pos, lc + ATTN_NORM]:], grad_out, acc, N_EMBD, e)
+                grad_w[e] = acc
         cuda.syncthreads()
         # rmsnorm_backward into grad_norm_tmp, grad_x_in += it, grad_x = grad_x_in.
         for k in range(tid, n * N_EMBD, nt):
@@ -576,7 +593,8 @@ def train(layout, dataset, num_steps):
     nbytes = staged_bytes(params, cache, layout.pos_scratch)
     launch(train_kernel, (params, cache, scratch, layout.pos_scratch, nbytes > 0, layout.ptab, layout.pcount,
                           layout.postab, layout.kvtab, layout.stab, dataset.vocab_size, cuda.to_device(flat),
-                          cuda.to_device(start), len(start) - 1, cuda.to_device(schedule), num_steps, loss_sums), nbytes)
+                          cuda.to_device(start), len(start) - 1, cuda.to_device(schedule), num_steps, loss_sums),
+           nbytes)
     doc = np.arange(num_steps) % (len(start) - 1)
     n = np.minimum(start[doc + 1] - start[doc] - 1, BLOCK_SIZE).astype(np.float32)
     return list(loss_sums.copy_to_host() / n)

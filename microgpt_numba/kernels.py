@@ -300,12 +300,18 @@ def sgemv_t(w, x, y, rows, cols, r):
 
 
 @cuda.jit(device=True)
+def sger_term(x, grad_out, acc, cols, idx):
+    """acc + x[c] * grad_out[r] for element idx = r * cols + c: cublasSger's one fma per element."""
+    r = idx // cols
+    c = idx - r * cols
+    return fmaf(x[c], grad_out[r], acc)
+
+
+@cuda.jit(device=True)
 def sger(x, grad_out, grad_w, rows, cols, idx):
     """launch_linear_backward's cublasSger: grad_w[r, c] += x[c] * grad_out[r], one element per thread."""
     if idx < rows * cols:
-        r = idx // cols
-        c = idx - r * cols
-        grad_w[idx] = fmaf(x[c], grad_out[r], grad_w[idx])
+        grad_w[idx] = sger_term(x, grad_out, grad_w[idx], cols, idx)
 
 
 @cuda.jit(device=True)
