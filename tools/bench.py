@@ -7,8 +7,8 @@ folder, printed at the end). The command line that produced the numbers is recor
 microgpt: builds microgpt.cu with nvcc (-O3 -arch=sm_90 -lcublas), runs it and `python -m
 microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample.
 Training time is wall(N steps) - wall(1 step) for both programs, each sampling the default 20
-names, so start-up, data loading, sampling and (for us) kernel loading cancel out; a run with
-a first run (cold kernel cache, timed as cold_start_s) warms the cache before ours are timed.
+names, so start-up, data loading, sampling and (for us) kernel loading cancel out; a first
+run of ours (cold kernel cache, timed as cold_start_s) warms the cache before ours are timed.
 
 tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
 124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
