@@ -9,7 +9,7 @@ the reference's state after its first step is what a one-step run must end with.
 """
 import numpy as np
 import pytest
-from numba import cuda
+from numba import config, cuda
 
 from microgpt_numba import fast
 from microgpt_numba.arena import KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Model, Scratch, TrainCache, \
@@ -70,6 +70,14 @@ def test_table_columns_follow_the_arena_field_order():
         assert [getattr(fast, name) for name in names] == list(range(len(names))), kind
     assert (fast.POS_FIELDS, fast.LC_FIELDS, fast.SCRATCH_FIELDS) == \
         (len(columns["position"]), len(columns["layer"]), len(columns["scratch"]))
+
+
+@pytest.fixture(autouse=True)
+def simulator_threads(monkeypatch):
+    """Each simulated thread costs time; the kernels' loops stride over the block, so a smaller one
+    does the same per-element work (the GPU run keeps fast.THREADS)."""
+    if config.ENABLE_CUDASIM:
+        monkeypatch.setattr(fast, "THREADS", 128)
 
 
 @cuda.jit
