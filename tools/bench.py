@@ -6,7 +6,8 @@ folder, printed at the end). The command line that produced the numbers is recor
 
 microgpt: builds microgpt.cu with nvcc (-O3 -arch=sm_90 -lcublas), runs it and `python -m
 microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample.
-Training time is wall(N steps) - wall(1 step) for both programs, each sampling the default 20
+Training time is wall(N steps) - wall(1 step), each the median of --repeat runs, for both programs,
+each sampling the default 20
 names, so start-up, data loading, sampling and (for us) kernel loading cancel out; a first
 run of ours (cold kernel cache, timed as cold_start_s) warms the cache before ours are timed.
 
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,6 +88,16 @@ def bench_microgpt(args, out_dir, save):
     return result
 
 
+def median_wall(cmd, repeat, out_dir, name, env):
+    """The median wall time of `repeat` runs (start-up varies by a few tenths of a second from run
+    to run), and the last run's output (the runs are deterministic)."""
+    walls = []
+    for _ in range(repeat):
+        wall, stdout = timed(cmd, out_dir, name, env=env)
+        walls.append(wall)
+    return statistics.median(walls), stdout
+
+
 def time_program(result, prog, cmd, args, out_dir, shared, names, env):
     """Start-up (1 step and the samples; for us first with a cold kernel cache), then each --steps run."""
     tag = prog.replace(".", "_")
@@ -93,13 +105,14 @@ def time_program(result, prog, cmd, args, out_dir, shared, names, env):
     start_cmd = cmd + ["--input", str(names), "--steps", "1"]
     if prog != "microgpt.cu":
         entry["cold_start_s"] = round(timed(start_cmd, out_dir, f"{tag}_cold", env=env)[0], 3)
-    base, _ = timed(start_cmd, out_dir, f"{tag}_base", env=env)
+    base = median_wall(start_cmd, args.repeat, out_dir, f"{tag}_base", env)[0]
     entry["start_s"] = round(base, 3)
     for steps in args.steps:
-        wall, stdout = timed(cmd + ["--input", str(names), "--steps", str(steps)], out_dir, f"{tag}_{steps}", env=env)
+        wall, stdout = median_wall(cmd + ["--input", str(names), "--steps", str(steps)], args.repeat, out_dir,
+                                   f"{tag}_{steps}", env)
         train = wall - base
         r = entry[str(steps)] = {"wall_s": round(wall, 3), "train_s": round(train, 3),
-                                 "ms_per_step": round(1e3 * train / steps, 4)}
+                                 "ms_per_step": round(1e3 * train / steps, 4), "runs": args.repeat}
         if steps == 1000 and (shared / "anchors" / "microgpt_cu_names_1000.log").is_file():
             r["vs_anchor"] = compare_runs(stdout, (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes())
         if prog != "microgpt.cu":
@@ -181,6 +194,7 @@ def main(argv=None):
     parser.add_argument("--shared", help="folder with seeds/, data/, anchors/ (default $MICROGPT_SHARED or ../shared)")
     parser.add_argument("--steps", type=int, nargs="+", default=[1000], help="microgpt: training lengths")
     parser.add_argument("--assets", help="tf: folder with GPT-2-shaped assets (default: synthesize them into --out)")
+    parser.add_argument("--repeat", type=int, default=3, help="microgpt: runs per timing, the median is kept")
     parser.add_argument("--engines", nargs="+", default=["default"],
                         help="microgpt: engines to time ('default' passes no --engine)")
     args = parser.parse_args(argv)
