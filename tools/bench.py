@@ -102,7 +102,7 @@ def time_program(result, prog, cmd, args, out_dir, shared, names, env):
     """Start-up (1 step and the samples; for us first with a cold kernel cache), then each --steps run."""
     tag = prog.replace(".", "_")
     entry = result["runs"].setdefault(prog, {})
-    start_cmd = cmd + ["--input", str(names), "--steps", "1"]
+    start_cmd = cmd + ["--input", str(names), "--steps", "1", "--samples", "0"]
     if prog != "microgpt.cu":
         entry["cold_start_s"] = round(timed(start_cmd, out_dir, f"{tag}_cold", env=env)[0], 3)
     base = median_wall(start_cmd, args.repeat, out_dir, f"{tag}_base", env)[0]
