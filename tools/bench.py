@@ -6,10 +6,11 @@ folder, printed at the end). The command line that produced the numbers is recor
 
 microgpt: builds microgpt.cu with nvcc (-O3 -arch=sm_90 -lcublas), runs it and `python -m
 microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample.
-Training time is wall(N steps) - wall(1 step), each the median of --repeat runs, for both programs,
-each sampling the default 20
-names, so start-up, data loading, sampling and (for us) kernel loading cancel out; a first
-run of ours (cold kernel cache, timed as cold_start_s) warms the cache before ours are timed.
+Training time is wall(N steps, 20 samples) - wall(1 step, no samples), each the median of
+--repeat runs, for both programs: start-up, data loading and (for us) kernel loading cancel out,
+sampling stays in. The marginal rate between two --steps values, (wall(N2) - wall(N1)) / (N2 - N1),
+is the cost of one training step alone. A first run of ours (cold kernel cache, timed as
+cold_start_s) warms the cache before ours are timed.
 
 tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
 124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
@@ -107,7 +108,8 @@ def time_program(result, prog, cmd, args, out_dir, shared, names, env):
         entry["cold_start_s"] = round(timed(start_cmd, out_dir, f"{tag}_cold", env=env)[0], 3)
     base = median_wall(start_cmd, args.repeat, out_dir, f"{tag}_base", env)[0]
     entry["start_s"] = round(base, 3)
-    for steps in args.steps:
+    prev = None
+    for steps in sorted(args.steps):
         wall, stdout = median_wall(cmd + ["--input", str(names), "--steps", str(steps)], args.repeat, out_dir,
                                    f"{tag}_{steps}", env)
         train = wall - base
@@ -115,17 +117,23 @@ def time_program(result, prog, cmd, args, out_dir, shared, names, env):
                                  "ms_per_step": round(1e3 * train / steps, 4), "runs": args.repeat}
         if steps == 1000 and (shared / "anchors" / "microgpt_cu_names_1000.log").is_file():
             r["vs_anchor"] = compare_runs(stdout, (shared / "anchors" / "microgpt_cu_names_1000.log").read_bytes())
+        if prev is not None:
+            r["marginal_ms_per_step"] = round(1e3 * (wall - prev[1]) / (steps - prev[0]), 4)
+        prev = steps, wall
         if prog != "microgpt.cu":
             r["vs_microgpt_cu"] = compare_runs(stdout, (out_dir / f"microgpt_cu_{steps}.log").read_bytes())
             c = result["runs"]["microgpt.cu"][str(steps)]
             r["train_ratio_vs_c"] = round(train / c["train_s"], 4) if c["train_s"] > 0 else None
             r["wall_ratio_vs_c"] = round(wall / c["wall_s"], 4)
+            if "marginal_ms_per_step" in r:
+                r["marginal_ratio_vs_c"] = round(r["marginal_ms_per_step"] / c["marginal_ms_per_step"], 4)
 
 
 def microgpt_markdown(result):
     lines = [f"nvcc: `{result['nvcc']}` ({result['nvcc_s']} s)", "",
-             "| program | steps | wall s | train s | ms/step | train ratio vs C | wall ratio vs C | losses equal (4 dp) | max loss diff | samples identical |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| program | steps | wall s | train s | ms/step | marginal ms/step | train ratio vs C | marginal ratio vs C | "
+             "wall ratio vs C | losses equal (4 dp) | max loss diff | samples identical |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for prog, runs in result["runs"].items():
         if "error" in runs:
             lines.append(f"| {prog} | error: {runs['error']} | | | | | | | | |")
@@ -134,7 +142,8 @@ def microgpt_markdown(result):
                 continue
             cmp = r.get("vs_microgpt_cu") or r.get("vs_anchor") or {}
             lines.append(f"| {prog} | {steps} | {r['wall_s']} | {r['train_s']} | {r['ms_per_step']} | "
-                         f"{r.get('train_ratio_vs_c', '')} | {r.get('wall_ratio_vs_c', '')} | "
+                         f"{r.get('marginal_ms_per_step', '')} | {r.get('train_ratio_vs_c', '')} | "
+                         f"{r.get('marginal_ratio_vs_c', '')} | {r.get('wall_ratio_vs_c', '')} | "
                          f"{cmp.get('losses_equal', '')}/{cmp.get('steps', '')} | {cmp.get('max_loss_diff', '')} | "
                          f"{cmp.get('samples_identical', '')} |")
     return "\n".join(lines)
