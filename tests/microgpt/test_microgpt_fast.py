@@ -7,6 +7,8 @@ step, in global memory (as for vocabularies too large to stage): the phases are 
 where the arenas live differs. Step 0's Adam schedule does not depend on the number of steps, so
 the reference's state after its first step is what a one-step run must end with.
 """
+import io
+
 import numpy as np
 import pytest
 from numba import config, cuda
@@ -29,16 +31,6 @@ from microgpt_numba.sample import generate_samples
 DOCS = [b"abcdabcdabcabbdaa", b"c"]
 STEPS, SAMPLES, TEMPERATURE = 3, 1, np.float32(0.8)
 
-
-class Collect:
-    def __init__(self):
-        self.data = b""
-
-    def write(self, b):
-        self.data += b
-
-    def flush(self):
-        pass
 
 
 def setup():
@@ -129,9 +121,9 @@ def reference():
         if step == 0:
             first_step = bits(arenas)
     trained = bits(arenas)
-    out = Collect()
+    out = io.BytesIO()
     generate_samples(model, cache, dataset, sv, SAMPLES, TEMPERATURE, gen, out)
-    samples = [line.split(b": ", 1)[1] for line in out.data.split(b"\n") if line.startswith(b"sample")]
+    samples = [line.split(b": ", 1)[1] for line in out.getvalue().split(b"\n") if line.startswith(b"sample")]
     return losses, first_step, trained, samples, bits(arenas)
 
 
