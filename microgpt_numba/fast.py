@@ -256,70 +256,60 @@ def softmax_positions(cache, postab, vocab_size, scale, first, count, red, tid, 
 
 
 @cuda.jit(device=True)
+def linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, p, x_col, grad_out, grad_in, rows, cols,
+                              relu_col, n, tid, nt):
+    """launch_linear_backward (y = W x, W rows x cols) for all n positions in one phase.
+
+    Threads k < n * cols: grad_in = 0 + W^T grad_out of one (position, column). The others: one
+    element each of W.grad, adding its sger term of every position in the C's order, n-1 down to 0.
+    x is the cache column x_col, grad_out and grad_in scratch fields. For fc2 (relu_col >= 0, the
+    cache column of fc1's output) the C's relu_backward and grad_mlp_in = grad_x follow, element by
+    element: the sgemv's thread wrote that element, so they need no barrier of their own.
+    """
+    for k in range(tid, n * cols + rows * cols, nt):
+        if k < n * cols:
+            pos, c = k // cols, k % cols
+            s = ps[pos * sc:]
+            grad_input = s[stab[grad_in]:]
+            grad_input[c] = ZERO
+            sgemv_n(params[ptab[p, DATA]:], s[stab[grad_out]:], grad_input, rows, cols, c)
+            if relu_col >= 0:
+                relu_backward(cache[postab[pos, relu_col]:], grad_input, s[stab[GRAD_FC1]:], cols, c)
+                if c < N_EMBD:
+                    s[stab[GRAD_MLP_IN] + c] = s[stab[grad_out] + c]
+        else:
+            e = k - n * cols
+            grad_w = params[ptab[p, GRAD]:]
+            acc = grad_w[e]
+            for pos in range(n - 1, -1, -1):
+                acc = sger_term(cache[postab[pos, x_col]:], ps[pos * sc + stab[grad_out]:], acc, cols, e)
+            grad_w[e] = acc
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
 def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vocab_size, tokens, n, tid, nt):
     """backward_sequence for all n positions; ps is the per-position scratch (copy pos at pos * sc)."""
     loss_scale = ONE / np.float32(n)
-    lm = params[ptab[LM_HEAD, DATA]:]
     for k in range(tid, n * vocab_size, nt):
         pos, i = k // vocab_size, k % vocab_size
         cross_entropy_backward(cache[postab[pos, PROBS]:], ps[pos * sc + stab[GRAD_LOGITS]:], tokens[pos + 1],
                                loss_scale, vocab_size, i)
     cuda.syncthreads()
-    # grad_x = 0 + lm_head^T grad_logits per position; lm_head.grad's sger over positions n-1..0.
+    # lm_head: grad_x = 0 + lm_head^T grad_logits; lm_head.grad's sger.
     top = POS_FIELDS + (N_LAYER - 1) * LC_FIELDS + X_OUT if N_LAYER else X0
-    for k in range(tid, n * N_EMBD + vocab_size * N_EMBD, nt):
-        if k < n * N_EMBD:
-            pos, c = k // N_EMBD, k % N_EMBD
-            grad_x = ps[pos * sc + stab[GRAD_X]:]
-            grad_x[c] = ZERO
-            sgemv_n(lm, ps[pos * sc + stab[GRAD_LOGITS]:], grad_x, vocab_size, N_EMBD, c)
-        else:
-            e = k - n * N_EMBD
-            grad_w = params[ptab[LM_HEAD, GRAD]:]
-            acc = grad_w[e]
-            for pos in range(n - 1, -1, -1):
-                acc = sger_term(cache[postab[pos, top]:], ps[pos * sc + stab[GRAD_LOGITS]:], acc, N_EMBD, e)
-            grad_w[e] = acc
-    cuda.syncthreads()
+    linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, LM_HEAD, top, GRAD_LOGITS, GRAD_X,
+                              vocab_size, N_EMBD, -1, n, tid, nt)
 
     for layer in range(N_LAYER - 1, -1, -1):
         lc = POS_FIELDS + layer * LC_FIELDS
         pw = 3 + 6 * layer
         # fc2: grad_relu = 0 + fc2^T grad_x, relu_backward, grad_mlp_in = grad_x; fc2.grad's sger.
-        for k in range(tid, n * MLP_HIDDEN + N_EMBD * MLP_HIDDEN, nt):
-            if k < n * MLP_HIDDEN:
-                pos, c = k // MLP_HIDDEN, k % MLP_HIDDEN
-                s = ps[pos * sc:]
-                grad_relu = s[stab[GRAD_RELU]:]
-                grad_relu[c] = ZERO
-                sgemv_n(params[ptab[pw + FC2, DATA]:], s[stab[GRAD_X]:], grad_relu, N_EMBD, MLP_HIDDEN, c)
-                relu_backward(cache[postab[pos, lc + FC1_OUT]:], grad_relu, s[stab[GRAD_FC1]:], MLP_HIDDEN, c)
-                if c < N_EMBD:
-                    s[stab[GRAD_MLP_IN] + c] = s[stab[GRAD_X] + c]
-            else:
-                e = k - n * MLP_HIDDEN
-                grad_w = params[ptab[pw + FC2, GRAD]:]
-                acc = grad_w[e]
-                for pos in range(n - 1, -1, -1):
-                    acc = sger_term(cache[postab[pos, lc + RELU]:], ps[pos * sc + stab[GRAD_X]:], acc, MLP_HIDDEN, e)
-                grad_w[e] = acc
-        cuda.syncthreads()
+        linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, pw + FC2, lc + RELU, GRAD_X, GRAD_RELU,
+                                  N_EMBD, MLP_HIDDEN, lc + FC1_OUT, n, tid, nt)
         # fc1: grad_mlp_norm = 0 + fc1^T grad_fc1; fc1.grad's sger.
-        for k in range(tid, n * N_EMBD + MLP_HIDDEN * N_EMBD, nt):
-            if k < n * N_EMBD:
-                pos, c = k // N_EMBD, k % N_EMBD
-                s = ps[pos * sc:]
-                s[stab[GRAD_MLP_NORM] + c] = ZERO
-                sgemv_n(params[ptab[pw + FC1, DATA]:], s[stab[GRAD_FC1]:], s[stab[GRAD_MLP_NORM]:], MLP_HIDDEN,
-                        N_EMBD, c)
-            else:
-                e = k - n * N_EMBD
-                grad_w = params[ptab[pw + FC1, GRAD]:]
-                acc = grad_w[e]
-                for pos in range(n - 1, -1, -1):
-                    acc = sger_term(cache[postab[pos, lc + MLP_NORM]:], ps[pos * sc + stab[GRAD_FC1]:], acc, N_EMBD, e)
-                grad_w[e] = acc
-        cuda.syncthreads()
+        linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, pw + FC1, lc + MLP_NORM, GRAD_FC1,
+                                  GRAD_MLP_NORM, MLP_HIDDEN, N_EMBD, -1, n, tid, nt)
         # rmsnorm_backward into grad_norm_tmp, grad_mlp_in += it, grad_x_in = grad_mlp_in.
         for k in range(tid, n * N_EMBD, nt):
             pos, c = k // N_EMBD, k % N_EMBD
@@ -330,23 +320,12 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
             s[stab[GRAD_X_IN] + c] = s[stab[GRAD_MLP_IN] + c]
         cuda.syncthreads()
         # wo: grad_attn_out = 0 + wo^T grad_mlp_in; wo.grad's sger.
-        for k in range(tid, n * N_EMBD + N_EMBD * N_EMBD, nt):
-            if k < n * N_EMBD:
-                pos, c = k // N_EMBD, k % N_EMBD
-                s = ps[pos * sc:]
-                s[stab[GRAD_ATTN_OUT] + c] = ZERO
-                sgemv_n(params[ptab[pw + WO, DATA]:], s[stab[GRAD_MLP_IN]:], s[stab[GRAD_ATTN_OUT]:], N_EMBD, N_EMBD, c)
-            else:
-                e = k - n * N_EMBD
-                grad_w = params[ptab[pw + WO, GRAD]:]
-                acc = grad_w[e]
-                for pos in range(n - 1, -1, -1):
-                    acc = sger_term(cache[postab[pos, lc + ATTN_OUT]:], ps[pos * sc + stab[GRAD_MLP_IN]:], acc,
-                                    N_EMBD, e)
-                grad_w[e] = acc
-        cuda.syncthreads()
+        linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, pw + WO, lc + ATTN_OUT, GRAD_MLP_IN,
+                                  GRAD_ATTN_OUT, N_EMBD, N_EMBD, -1, n, tid, nt)
         attention_backward_positions(cache, ps, sc, postab, kvtab, stab, wsum, lc, layer, n, tid, nt)
         # wq, wk, wv: grad_attn_norm = 0 + q's + k's + v's sgemv_n, in that order; their three sgers.
+        # Not linear_backward_positions: three maps sum into one buffer, and k's and v's grad_out are
+        # the cache's grad_keys/grad_values rows, not scratch fields.
         grad_keys = cache[kvtab[layer, GRAD_KEYS]:]
         grad_values = cache[kvtab[layer, GRAD_VALUES]:]
         for k in range(tid, n * N_EMBD + 3 * N_EMBD * N_EMBD, nt):
