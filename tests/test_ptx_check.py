@@ -1,0 +1,28 @@
+"""The kernels that run in large blocks compile for sm_90 and fit their blocks (tools/ptx_check.py).
+
+The simulator never compiles a kernel, so this is what catches, on a machine without a GPU, a
+kernel that would not launch on one. It needs the CUDA toolkit's ptxas and libdevice; without
+them it skips.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+
+
+def test_large_block_kernels_fit_their_blocks():
+    for need in (CUDA_HOME / "bin" / "ptxas", CUDA_HOME / "nvvm" / "libdevice" / "libdevice.10.bc"):
+        if not need.is_file():
+            pytest.skip(f"{need} is missing (the CUDA toolkit; set CUDA_HOME)")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["CUDA_HOME"] = str(CUDA_HOME)
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "ptx_check.py")], capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "ok"

@@ -1,0 +1,85 @@
+"""Compiles the kernels that run in large blocks for sm_90, on a machine with the CUDA toolkit but
+no GPU, and checks with ptxas that each one can launch at its block size.
+
+The simulator runs kernels as Python and never types them, so a kernel it runs can still fail to
+compile for the GPU, or compile to more registers than its block can hold (the launch then fails
+with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as tf_matmul once did on the H200). For each kernel this
+types and compiles it with NVVM under the options it is built with, then asks ptxas for its
+registers (registers x threads <= 65,536), spills and static shared memory. Numba looks for a
+device, NVRTC and libdevice through the driver; without a driver those lookups are answered here.
+
+    CUDA_HOME=/usr/local/cuda python tools/ptx_check.py      (not under NUMBA_ENABLE_CUDASIM)
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import types as pytypes
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numba.cuda.cudadrv.libs as libs  # noqa: E402
+import numba.cuda.cudadrv.nvrtc as nvrtc  # noqa: E402
+import numba.cuda.cudadrv.nvvm as nvvm  # noqa: E402
+import numba.cuda.dispatcher as dispatcher  # noqa: E402
+from numba import config, cuda, types  # noqa: E402
+
+from microgpt_numba import fast  # noqa: E402
+from tf_numba import kernels as tf_kernels  # noqa: E402
+
+CC = (9, 0)
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+REGISTERS_PER_BLOCK = 65536
+nvrtc.get_supported_ccs = lambda: (CC,)
+dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
+nvvm.get_libdevice = libs.get_libdevice = lambda: str(CUDA_HOME / "nvvm" / "libdevice" / "libdevice.10.bc")
+
+F1, F2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
+I1, I2 = types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C")
+L1, U1 = types.Array(types.int64, 1, "C"), types.Array(types.uint16, 1, "C")
+B, I64, F32 = types.boolean, types.int64, types.float32
+# (module, kernel, the argument types it is launched with, threads per block, its max_registers)
+KERNELS = [
+    (fast, "train_kernel", (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I64, F2, I64, F1), fast.THREADS,
+     fast.KERNEL_OPTIONS.get("max_registers")),
+    (fast, "generate_kernel", (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1), fast.THREADS,
+     fast.KERNEL_OPTIONS.get("max_registers")),
+    (tf_kernels, "tf_matmul", (F2, F2, B, F1, F2, L1, F32, B, B), tf_kernels.TILE_J * tf_kernels.TILE_R,
+     tf_kernels.MATMUL_OPTIONS.get("max_registers")),
+    (tf_kernels, "tf_argmax", (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None),
+]
+
+
+def ptxas(path, cap):
+    args = [str(CUDA_HOME / "bin" / "ptxas"), f"-arch=sm_{CC[0]}{CC[1]}", "-v", str(path), "-o", os.devnull]
+    info = subprocess.run(args + ([f"-maxrregcount={cap}"] if cap else []), capture_output=True, text=True,
+                          check=True).stderr
+    regs = int(re.search(r"Used (\d+) registers", info).group(1))
+    smem = int(re.search(r"(\d+) bytes smem", info).group(1))
+    spill = int(re.search(r"(\d+) bytes spill stores", info).group(1))
+    return regs, spill, smem
+
+
+def main():
+    if config.ENABLE_CUDASIM:
+        print("ptx_check: unset NUMBA_ENABLE_CUDASIM; the simulator compiles nothing", file=sys.stderr)
+        return 2
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for module, name, signature, threads, cap in KERNELS:
+            ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, signature, cc=CC)
+            path = Path(tmp) / f"{name}.ptx"
+            path.write_text(ptx)
+            regs, spill, smem = ptxas(path, cap)
+            fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024
+            ok &= fits
+            print(f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
+                  f"{smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}")
+    print("ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
