@@ -256,6 +256,19 @@ def softmax_positions(cache, postab, vocab_size, scale, first, count, red, tid, 
 
 
 @cuda.jit(device=True)
+def rmsnorm_backward_residual_positions(cache, ps, sc, postab, stab, x_col, grad_y, residual, copy_to, n, tid, nt):
+    """Every position: rmsnorm_backward of cache field x_col into grad_norm_tmp, the residual
+    gradient += it, then copied on (the C's launch, vec_add_inplace and copy_device)."""
+    for k in range(tid, n * N_EMBD, nt):
+        pos, c = k // N_EMBD, k % N_EMBD
+        s = ps[pos * sc:]
+        rmsnorm_backward_element(cache[postab[pos, x_col]:], s[stab[grad_y]:], s[stab[GRAD_NORM_TMP]:], c)
+        vec_add_inplace(s[stab[residual]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
+        s[stab[copy_to] + c] = s[stab[residual] + c]
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
 def linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, p, x_col, grad_out, grad_in, rows, cols,
                               relu_col, n, tid, nt):
     """launch_linear_backward (y = W x, W rows x cols) for all n positions in one phase.
@@ -311,14 +324,8 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
         linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, pw + FC1, lc + MLP_NORM, GRAD_FC1,
                                   GRAD_MLP_NORM, MLP_HIDDEN, N_EMBD, -1, n, tid, nt)
         # rmsnorm_backward into grad_norm_tmp, grad_mlp_in += it, grad_x_in = grad_mlp_in.
-        for k in range(tid, n * N_EMBD, nt):
-            pos, c = k // N_EMBD, k % N_EMBD
-            s = ps[pos * sc:]
-            rmsnorm_backward_element(cache[postab[pos, lc + MLP_IN]:], s[stab[GRAD_MLP_NORM]:], s[stab[GRAD_NORM_TMP]:],
-                                     c)
-            vec_add_inplace(s[stab[GRAD_MLP_IN]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
-            s[stab[GRAD_X_IN] + c] = s[stab[GRAD_MLP_IN] + c]
-        cuda.syncthreads()
+        rmsnorm_backward_residual_positions(cache, ps, sc, postab, stab, lc + MLP_IN, GRAD_MLP_NORM, GRAD_MLP_IN,
+                                            GRAD_X_IN, n, tid, nt)
         # wo: grad_attn_out = 0 + wo^T grad_mlp_in; wo.grad's sger.
         linear_backward_positions(params, cache, ps, sc, ptab, postab, stab, pw + WO, lc + ATTN_OUT, GRAD_MLP_IN,
                                   GRAD_ATTN_OUT, N_EMBD, N_EMBD, -1, n, tid, nt)
@@ -350,14 +357,8 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
                 grad_w[e] = acc
         cuda.syncthreads()
         # rmsnorm_backward into grad_norm_tmp, grad_x_in += it, grad_x = grad_x_in.
-        for k in range(tid, n * N_EMBD, nt):
-            pos, c = k // N_EMBD, k % N_EMBD
-            s = ps[pos * sc:]
-            rmsnorm_backward_element(cache[postab[pos, lc + X_IN]:], s[stab[GRAD_ATTN_NORM]:], s[stab[GRAD_NORM_TMP]:],
-                                     c)
-            vec_add_inplace(s[stab[GRAD_X_IN]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
-            s[stab[GRAD_X] + c] = s[stab[GRAD_X_IN] + c]
-        cuda.syncthreads()
+        rmsnorm_backward_residual_positions(cache, ps, sc, postab, stab, lc + X_IN, GRAD_ATTN_NORM, GRAD_X_IN, GRAD_X,
+                                            n, tid, nt)
 
     for k in range(tid, n * N_EMBD, nt):
         pos, c = k // N_EMBD, k % N_EMBD
