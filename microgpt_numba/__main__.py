@@ -1,5 +1,11 @@
 import sys
 
-from .cli import main
+# Loading a cached kernel makes Numba import its array-math lowering, which probes for BLAS by
+# importing scipy.linalg (0.5 s on the H200 image) although no kernel here calls BLAS (np.dot and
+# the like). In this process nothing else uses scipy, so the probe is answered "absent" up front;
+# imported as a library, microgpt_numba leaves sys.modules alone.
+sys.modules.setdefault("scipy", None)
+
+from .cli import main  # noqa: E402
 
 sys.exit(main())
