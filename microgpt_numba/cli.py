@@ -122,10 +122,11 @@ def train(opts, out):
         return
 
     layout = fast.Layout(model, param_arena, cache, cache_arena, scratch, scratch_arena)
-    for step, loss in enumerate(fast.train(layout, dataset, opts.num_steps)):
+    generation = fast.Generation(layout, dataset, opts.num_samples, opts.temperature, gen)
+    for step, loss in enumerate(fast.train(layout, dataset, opts.num_steps, while_training=generation.load)):
         out.write(step_line(step, opts.num_steps, loss) + end)
     out.write(b"\n--- inference (new, hallucinated names) ---\n")
-    for sample_idx, sample in enumerate(fast.generate(layout, dataset, opts.num_samples, opts.temperature, gen)):
+    for sample_idx, sample in enumerate(generation.run()):
         out.write(sample_line(sample_idx, sample))
     out.flush()
 

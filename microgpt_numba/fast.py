@@ -544,18 +544,25 @@ def stage_budget():
     return optin - STATIC_SHARED_BYTES
 
 
-def launch(kernel, args, nbytes):
-    """One block of THREADS with nbytes of dynamic shared memory (0: arenas in global memory).
+def load(kernel, args, nbytes):
+    """Loads (or compiles) the kernel for these arguments, ready for nbytes of dynamic shared memory.
 
     Past 48 KiB CUDA wants the kernel's opt-in attribute set first; Numba has no option for it, so it
     is set on the compiled function the way Numba sets its shared memory carveout.
     """
-    if nbytes > 48 * 1024 and not config.ENABLE_CUDASIM:
+    if config.ENABLE_CUDASIM:
+        return
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    if nbytes > 48 * 1024:
         from numba.cuda.cudadrv.driver import binding, driver
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
         cufunc = compiled._codelibrary.get_cufunc()
         driver.cuKernelSetAttribute(binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     nbytes, cufunc.handle, cufunc.device.id)
+
+
+def launch(kernel, args, nbytes):
+    """One block of THREADS with nbytes of dynamic shared memory (0: arenas in global memory)."""
+    load(kernel, args, nbytes)
     kernel[1, THREADS, 0, nbytes](*args)
 
 
@@ -564,8 +571,9 @@ def staged_bytes(*arenas):
     return nbytes if nbytes <= stage_budget() else 0
 
 
-def train(layout, dataset, num_steps):
-    """Runs all steps on the device; returns the per-step losses as forward_sequence would print them."""
+def train(layout, dataset, num_steps, while_training=None):
+    """Runs all steps on the device; returns the per-step losses as forward_sequence would print them.
+    while_training() runs on the host between the launch and the wait for the losses."""
     params, cache, scratch = layout.arenas
     flat, start = document_tokens(dataset, num_steps)
     schedule = np.array([adam_schedule(step, num_steps) for step in range(num_steps)], dtype=np.float32)
@@ -575,21 +583,34 @@ def train(layout, dataset, num_steps):
                           layout.postab, layout.kvtab, layout.stab, dataset.vocab_size, cuda.to_device(flat),
                           cuda.to_device(start), len(start) - 1, cuda.to_device(schedule), num_steps, loss_sums),
            nbytes)
+    if while_training is not None:
+        while_training()
     doc = np.arange(num_steps) % (len(start) - 1)
     n = np.minimum(start[doc + 1] - start[doc] - 1, BLOCK_SIZE).astype(np.float32)
     return list(loss_sums.copy_to_host() / n)
 
 
-def generate(layout, dataset, num_samples, temperature, gen):
-    """The samples as byte strings; draws up to BLOCK_SIZE uniforms per sample from gen up front."""
-    params, cache, _ = layout.arenas
-    uniforms = np.array([rand_uniform(gen) for _ in range(max(num_samples, 1) * BLOCK_SIZE)], dtype=np.float32)
-    samples = cuda.device_array((max(num_samples, 1), BLOCK_SIZE), dtype=np.int32)
-    lengths = cuda.device_array(max(num_samples, 1), dtype=np.int32)
-    nbytes = staged_bytes(params, cache, layout.pos_scratch)
-    launch(generate_kernel, (params, cache, layout.pos_scratch, nbytes > 0, layout.ptab, layout.postab, layout.kvtab,
-                             layout.stab, dataset.vocab_size, dataset.bos_id,
-                             np.float32(1.0) / np.float32(temperature), cuda.to_device(uniforms), num_samples, samples,
-                             lengths), nbytes)
-    samples, lengths = samples.copy_to_host(), lengths.copy_to_host()
-    return [bytes(dataset.id_to_char[samples[s, :lengths[s]]]) for s in range(num_samples)]
+class Generation:
+    """generate_samples' launch, set up before training so that the kernel can load while the GPU trains
+    (its uniforms are the draws after the init, as in the C: training draws none)."""
+
+    def __init__(self, layout, dataset, num_samples, temperature, gen):
+        params, cache, _ = layout.arenas
+        uniforms = np.array([rand_uniform(gen) for _ in range(max(num_samples, 1) * BLOCK_SIZE)], dtype=np.float32)
+        self.samples = cuda.device_array((max(num_samples, 1), BLOCK_SIZE), dtype=np.int32)
+        self.lengths = cuda.device_array(max(num_samples, 1), dtype=np.int32)
+        self.nbytes = staged_bytes(params, cache, layout.pos_scratch)
+        self.args = (params, cache, layout.pos_scratch, self.nbytes > 0, layout.ptab, layout.postab, layout.kvtab,
+                     layout.stab, dataset.vocab_size, dataset.bos_id, np.float32(1.0) / np.float32(temperature),
+                     cuda.to_device(uniforms), num_samples, self.samples, self.lengths)
+        self.num_samples = num_samples
+        self.id_to_char = dataset.id_to_char
+
+    def load(self):
+        load(generate_kernel, self.args, self.nbytes)
+
+    def run(self):
+        """The samples as byte strings."""
+        launch(generate_kernel, self.args, self.nbytes)
+        samples, lengths = self.samples.copy_to_host(), self.lengths.copy_to_host()
+        return [bytes(self.id_to_char[samples[s, :lengths[s]]]) for s in range(self.num_samples)]

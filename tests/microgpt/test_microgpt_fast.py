@@ -141,7 +141,7 @@ def test_fast_engine_reproduces_reference_engine(reference):
     assert [x.view(np.uint32) for x in losses] == [x.view(np.uint32) for x in ref_losses]
     for ours, ref, name in zip(bits(arenas), ref_trained, ("params", "train cache", "scratch")):
         np.testing.assert_array_equal(ours, ref, err_msg=name)
-    assert fast.generate(layout, dataset, SAMPLES, TEMPERATURE, gen) == ref_samples
+    assert fast.Generation(layout, dataset, SAMPLES, TEMPERATURE, gen).run() == ref_samples
     np.testing.assert_array_equal(bits(arenas)[1], ref_sampled[1], err_msg="train cache after sampling")
 
 
