@@ -32,7 +32,7 @@ from .dataset import tokenize_doc
 from .glibc_rand import rand_uniform
 from .kernels import (SOFTMAX_THREADS, ZERO, ONE, accumulate_loss, adam_update, attention_grad_logit, attention_mix,
                       attention_softmax, attention_weighted_sum, cross_entropy_backward, head_dot, relu_backward,
-                      relu_forward, rms_scale, rmsnorm_backward_at, rmsnorm_backward_terms, rmsnorm_forward_at,
+                      relu_forward, rms_scale, rmsnorm_backward_element, rmsnorm_forward_at,
                       row_add, scaled_grad, sgemv_n, sger_term, sgemv_t, softmax_local_exp, softmax_local_max,
                       softmax_normalize, tree_step, vec_add, vec_add_inplace, ATTN_SCALE)
 from .devmath import fmaf
@@ -262,7 +262,7 @@ def rmsnorm_backward_residual_positions(cache, ps, sc, postab, stab, x_col, grad
     for k in range(tid, n * N_EMBD, nt):
         pos, c = k // N_EMBD, k % N_EMBD
         s = ps[pos * sc:]
-        rmsnorm_backward_element(cache[postab[pos, x_col]:], s[stab[grad_y]:], s[stab[GRAD_NORM_TMP]:], c)
+        rmsnorm_backward_element(cache[postab[pos, x_col]:], s[stab[grad_y]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
         vec_add_inplace(s[stab[residual]:], s[stab[GRAD_NORM_TMP]:], N_EMBD, c)
         s[stab[copy_to] + c] = s[stab[residual] + c]
     cuda.syncthreads()
@@ -363,7 +363,7 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
     for k in range(tid, n * N_EMBD, nt):
         pos, c = k // N_EMBD, k % N_EMBD
         s = ps[pos * sc:]
-        rmsnorm_backward_element(cache[postab[pos, EMBED_IN]:], s[stab[GRAD_X]:], s[stab[GRAD_EMBED_IN]:], c)
+        rmsnorm_backward_element(cache[postab[pos, EMBED_IN]:], s[stab[GRAD_X]:], s[stab[GRAD_EMBED_IN]:], N_EMBD, c)
     cuda.syncthreads()
     # wte rows: a token's row sums the positions holding it, n-1 down to 0; wpe: one row per position.
     for k in range(tid, vocab_size * N_EMBD + n * N_EMBD, nt):
@@ -376,13 +376,6 @@ def backward_sequence(params, cache, ps, sc, ptab, postab, kvtab, stab, wsum, vo
             pos, c = (k - vocab_size * N_EMBD) // N_EMBD, k % N_EMBD
             row_add(params[ptab[WPE, GRAD] + pos * N_EMBD:], ps[pos * sc + stab[GRAD_EMBED_IN]:], N_EMBD, c)
     cuda.syncthreads()
-
-
-@cuda.jit(device=True)
-def rmsnorm_backward_element(x, grad_y, grad_x, i):
-    """Element i of rmsnorm_backward; each thread takes the vector's terms itself."""
-    scale, dot, scale_cubed = rmsnorm_backward_terms(x, grad_y, N_EMBD)
-    rmsnorm_backward_at(x, grad_y, grad_x, N_EMBD, scale, dot, scale_cubed, i)
 
 
 @cuda.jit(device=True)

@@ -11,7 +11,7 @@ Left implicit, whether NVVM fuses depends on the code around an inlined device f
 two engines would round differently.
 """
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
 from .devmath import expf, fmaf, logf, rsqrtf, sqrtf
@@ -63,13 +63,6 @@ def rmsnorm_forward_at(x, y, scale, i):
 
 
 @cuda.jit(device=True)
-def rmsnorm_forward(x, y, n):
-    scale = rms_scale(x, n)
-    for i in range(n):
-        rmsnorm_forward_at(x, y, scale, i)
-
-
-@cuda.jit(device=True)
 def rmsnorm_backward_terms(x, grad_y, n):
     """(scale, dot, scale^3): what every element of rmsnorm_backward needs from the whole vector."""
     scale = rms_scale(x, n)
@@ -85,10 +78,10 @@ def rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i):
 
 
 @cuda.jit(device=True)
-def rmsnorm_backward(x, grad_y, grad_x, n):
+def rmsnorm_backward_element(x, grad_y, grad_x, n, i):
+    """Element i of rmsnorm_backward; each thread takes the vector's terms itself."""
     scale, dot, scale_cubed = rmsnorm_backward_terms(x, grad_y, n)
-    for i in range(n):
-        rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i)
+    rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i)
 
 
 @cuda.jit(device=True)
@@ -290,13 +283,19 @@ def attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, gra
 
 
 @cuda.jit(device=True)
+def row_dot(w_row, x, cols):
+    """sum_c w_row[c] * x[c], c ascending with fma: one output of launch_matvec's cublasSgemv(OP_T)."""
+    acc = ZERO
+    for c in range(cols):
+        acc = fmaf(w_row[c], x[c], acc)
+    return acc
+
+
+@cuda.jit(device=True)
 def sgemv_t(w, x, y, rows, cols, r):
-    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c], c ascending."""
+    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c]."""
     if r < rows:
-        acc = ZERO
-        for c in range(cols):
-            acc = fmaf(w[r * cols + c], x[c], acc)
-        y[r] = acc
+        y[r] = row_dot(w[r * cols:], x, cols)
 
 
 @cuda.jit(device=True)
@@ -382,16 +381,35 @@ def relu_backward_kernel(x, grad_y, grad_x, n):
     relu_backward(x, grad_y, grad_x, n, grid_index())
 
 
+@cuda.jit(device=True)
+def stage(src, dst, count):
+    """The block copies src[:count] to (shared) dst[:count], each thread a strided share; then a barrier."""
+    for i in range(cuda.threadIdx.x, count, cuda.blockDim.x):
+        dst[i] = src[i]
+    cuda.syncthreads()
+
+
+# The C runs rmsnorm in one thread, which reads the vector element by element, waiting on global
+# memory each time. Here n threads (n <= N_EMBD) copy it to shared memory at once; each thread then
+# takes the sums with the C's loops (every thread gets the same floats) and writes its own element.
 @cuda.jit(cache=True)
 def rmsnorm_forward_kernel(x, y, n):
-    if first_thread():
-        rmsnorm_forward(x, y, n)
+    xs = cuda.shared.array(N_EMBD, np.float32)
+    stage(x, xs, n)
+    i = cuda.threadIdx.x
+    if i < n:
+        rmsnorm_forward_at(xs, y, rms_scale(xs, n), i)
 
 
 @cuda.jit(cache=True)
 def rmsnorm_backward_kernel(x, grad_y, grad_x, n):
-    if first_thread():
-        rmsnorm_backward(x, grad_y, grad_x, n)
+    xs = cuda.shared.array(N_EMBD, np.float32)
+    gs = cuda.shared.array(N_EMBD, np.float32)
+    stage(x, xs, n)
+    stage(grad_y, gs, n)
+    i = cuda.threadIdx.x
+    if i < n:
+        rmsnorm_backward_element(xs, gs, grad_x, n, i)
 
 
 @cuda.jit(cache=True)
@@ -436,9 +454,23 @@ def attention_backward_kernel(q, keys, values, attn_weights, grad_attn_out, grad
         attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id, h)
 
 
+# The matrix kernels first copy what their block reads to dynamic shared memory, all threads at once
+# in coalesced loads, so that the sums (one thread each, in order) wait on shared memory instead of
+# global memory at every term.
 @cuda.jit(cache=True)
 def sgemv_t_kernel(w, x, y, rows, cols):
-    sgemv_t(w, x, y, rows, cols, grid_index())
+    """Shared: x, then the block's rows of w, each padded to cols + 1 floats (no bank conflicts when
+    the threads walk their rows side by side)."""
+    smem = cuda.shared.array(0, float32)
+    tid, nt = cuda.threadIdx.x, cuda.blockDim.x
+    r0 = cuda.blockIdx.x * nt
+    block_rows = min(nt, rows - r0)
+    xs, ws = smem[:cols], smem[cols:]
+    for i in range(tid, block_rows * cols, nt):
+        ws[(i // cols) * (cols + 1) + i % cols] = w[r0 * cols + i]
+    stage(x, xs, cols)
+    if tid < block_rows:
+        y[r0 + tid] = row_dot(ws[tid * (cols + 1):], xs, cols)
 
 
 @cuda.jit(cache=True)
@@ -448,4 +480,10 @@ def sger_kernel(x, grad_out, grad_w, rows, cols):
 
 @cuda.jit(cache=True)
 def sgemv_n_kernel(w, grad_out, grad_x, rows, cols):
-    sgemv_n(w, grad_out, grad_x, rows, cols, grid_index())
+    """One block (cols <= its threads). Shared: grad_out, then w; thread c sums column c."""
+    smem = cuda.shared.array(0, float32)
+    gs, ws = smem[:rows], smem[rows:]
+    for i in range(cuda.threadIdx.x, rows * cols, cuda.blockDim.x):
+        ws[i] = w[i]
+    stage(grad_out, gs, rows)
+    sgemv_n(ws, gs, grad_x, rows, cols, cuda.threadIdx.x)

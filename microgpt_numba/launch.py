@@ -9,9 +9,10 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import kernels as k
-from .constants import N_HEAD
+from .constants import N_EMBD, N_HEAD
 
 _stream = 0
+SGEMV_N_THREADS = 64  # sgemv_n_kernel's block (the widest cols, MLP_HIDDEN): the sums, and all threads staging
 
 
 @contextmanager
@@ -64,22 +65,30 @@ def launch_relu_backward(x, grad_y, grad_x, n):
     k.relu_backward_kernel[1, _threads(n), _stream](x, grad_y, grad_x, n)
 
 
+def _floats(count):
+    return 4 * count
+
+
 def launch_matvec(w, x, y, rows, cols):
-    k.sgemv_t_kernel[_blocks(rows), _threads(rows), _stream](w, x, y, rows, cols)
+    threads = _threads(rows)
+    k.sgemv_t_kernel[_blocks(rows), threads, _stream, _floats(cols + threads * (cols + 1))](w, x, y, rows, cols)
 
 
 def launch_linear_backward(w, x, grad_out, grad_w, grad_x, rows, cols):
     """grad_w += grad_out x^T (sger), then grad_x += w^T grad_out (sgemv N), as the C's two cuBLAS calls."""
     k.sger_kernel[_blocks(rows * cols), _threads(rows * cols), _stream](x, grad_out, grad_w, rows, cols)
-    k.sgemv_n_kernel[_blocks(cols), _threads(cols), _stream](w, grad_out, grad_x, rows, cols)
+    assert cols <= SGEMV_N_THREADS
+    k.sgemv_n_kernel[1, SGEMV_N_THREADS, _stream, _floats(rows + rows * cols)](w, grad_out, grad_x, rows, cols)
 
 
 def launch_rmsnorm_forward(x, y, n):
-    k.rmsnorm_forward_kernel[1, 1, _stream](x, y, n)
+    assert n <= N_EMBD  # the kernel's shared copy
+    k.rmsnorm_forward_kernel[1, n, _stream](x, y, n)
 
 
 def launch_rmsnorm_backward(x, grad_y, grad_x, n):
-    k.rmsnorm_backward_kernel[1, 1, _stream](x, grad_y, grad_x, n)
+    assert n <= N_EMBD
+    k.rmsnorm_backward_kernel[1, n, _stream](x, grad_y, grad_x, n)
 
 
 def launch_scaled_softmax(logits, probs, scale, n):
