@@ -11,13 +11,14 @@ from .constants import BLOCK_SIZE
 from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input, tokenize_doc
 from .glibc_rand import GlibcRand
 from .graphs import StepGraphs
-from .model import StepValues, train_step
+from .model import StepTable, StepValues, train_step
 from .sample import generate_samples, sample_line
 
 PROG = "microgpt_numba"
 USAGE = f"usage: python -m {PROG} [--steps N] [--samples N] [--temperature T] [--input PATH] [--engine fast|reference]"
 ENGINES = ("fast", "reference")
 SEED = 42
+PRINT_EVERY = 100  # the reference engine's steps between waits for their losses
 
 
 class Options:
@@ -110,13 +111,21 @@ def train(opts, out):
 
     end = b"\r" if out.isatty() else b"\n"
     if opts.engine == "reference":
-        sv, graphs = StepValues(), StepGraphs()
-        for step in range(opts.num_steps):
-            tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
+        doc_tokens = [tokenize_doc(dataset, doc) for doc in dataset.docs[:opts.num_steps]]
+        token_lists = [doc_tokens[step % len(doc_tokens)] for step in range(opts.num_steps)]
+        sv, graphs, table = StepValues(), StepGraphs(opts.num_steps), StepTable(token_lists, opts.num_steps)
+        printed = 0
+        for step, tokens in enumerate(token_lists):
             n = min(len(tokens) - 1, BLOCK_SIZE)
-            sv.set_step(tokens, step, opts.num_steps)
-            graphs.run(n, lambda: train_step(model, cache, scratch, dataset, sv, n))
-            out.write(step_line(step, opts.num_steps, sv.mean_loss(n)) + end)
+            graphs.step(sv, table, step, n, lambda: train_step(model, cache, scratch, dataset, sv, n))
+            if (step + 1) % PRINT_EVERY and step + 1 < opts.num_steps:
+                continue
+            graphs.wait()
+            for done in range(printed, step + 1):
+                n_done = min(len(token_lists[done]) - 1, BLOCK_SIZE)
+                mean = graphs.loss_sums[done] / np.float32(n_done)
+                out.write(step_line(done, opts.num_steps, mean) + end)
+            printed = step + 1
             out.flush()
         generate_samples(model, cache, dataset, sv, opts.num_samples, opts.temperature, gen, out)
         return

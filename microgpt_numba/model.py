@@ -3,7 +3,9 @@ adam_update_model, one kernel launch per C launch (memsets and copies included),
 
 What changes from step to step (the tokens, Adam's schedule, the loss) lives in device memory
 (StepValues), so that one step's launches can be recorded once per sequence length and replayed
-(graphs.py). The loss is summed on the device; the host reads it once per step.
+(graphs.py). Every step's tokens and schedule are uploaded once (StepTable) and a step's row is
+copied into StepValues on the device, so steps can be queued without the host waiting on each.
+The loss is summed on the device; the host reads it once per step.
 """
 import numpy as np
 from numba import cuda
@@ -17,6 +19,19 @@ from .launch import (copy_device, launch_adam_update, launch_attention_backward,
                      launch_vec_add, launch_vec_add_inplace, zero_device)
 
 
+class StepTable:
+    """Steps 0..len(token_lists)-1 of a run of total_steps: each step's tokens (BOS, the document, BOS;
+    zero-padded to BLOCK_SIZE + 2) and Adam's schedule, in device memory."""
+
+    def __init__(self, token_lists, total_steps):
+        tokens = np.zeros((len(token_lists), BLOCK_SIZE + 2), dtype=np.int32)
+        for step, step_tokens in enumerate(token_lists):
+            tokens[step, :len(step_tokens)] = step_tokens
+        schedule = np.array([adam_schedule(step, total_steps) for step in range(len(token_lists))], dtype=np.float32)
+        self.tokens = cuda.to_device(tokens)
+        self.schedule = cuda.to_device(schedule)
+
+
 class StepValues:
     """tokens: the document's tokens (or the sampled prefix); schedule: (lr_t, 1 - beta1^t, 1 - beta2^t);
     loss: the sum of the positions' -logf(prob)."""
@@ -26,11 +41,10 @@ class StepValues:
         self.schedule = cuda.to_device(np.zeros(3, dtype=np.float32))
         self.loss = cuda.to_device(np.zeros(1, dtype=np.float32))
 
-    def set_step(self, tokens, step, total_steps):
-        padded = np.zeros(BLOCK_SIZE + 2, dtype=np.int32)
-        padded[:len(tokens)] = tokens
-        self.tokens.copy_to_device(padded)
-        self.schedule.copy_to_device(np.array(adam_schedule(step, total_steps), dtype=np.float32))
+    def set_step(self, table, step, stream=0):
+        """Copies the table's row for step, device to device, in stream order."""
+        self.tokens.copy_to_device(table.tokens[step], stream=stream)
+        self.schedule.copy_to_device(table.schedule[step], stream=stream)
 
     def set_token(self, pos, token_id):
         self.tokens[pos:pos + 1].copy_to_device(np.array([token_id], dtype=np.int32))

@@ -21,7 +21,7 @@ from microgpt_numba.constants import BLOCK_SIZE
 from microgpt_numba.dataset import load_dataset, tokenize_doc
 from microgpt_numba.glibc_rand import GlibcRand
 from microgpt_numba.kernels import NEG_HUGE, SOFTMAX_THREADS
-from microgpt_numba.model import StepValues, train_step
+from microgpt_numba.model import StepTable, StepValues, train_step
 from microgpt_numba.sample import generate_samples
 
 # After the shuffle the steps train on "c" (2 positions), then the 17-byte document (the block's 16
@@ -111,11 +111,11 @@ def test_live_tree_is_the_full_tree(take_max):
 @pytest.fixture(scope="module")
 def reference():
     gen, dataset, arenas, model, cache, scratch = setup()
-    sv, losses = StepValues(), []
-    for step in range(STEPS):
-        tokens = tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)])
+    token_lists = [tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)]) for step in range(STEPS)]
+    sv, table, losses = StepValues(), StepTable(token_lists, STEPS), []
+    for step, tokens in enumerate(token_lists):
         n = min(len(tokens) - 1, BLOCK_SIZE)
-        sv.set_step(tokens, step, STEPS)
+        sv.set_step(table, step)
         train_step(model, cache, scratch, dataset, sv, n)
         losses.append(sv.mean_loss(n))
         if step == 0:

@@ -13,7 +13,7 @@ from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_s
 from microgpt_numba.constants import BLOCK_SIZE
 from microgpt_numba.dataset import load_dataset, tokenize_doc
 from microgpt_numba.glibc_rand import GlibcRand
-from microgpt_numba.model import StepValues, adam_update_model, backward_sequence, forward_sequence
+from microgpt_numba.model import StepTable, StepValues, adam_update_model, backward_sequence, forward_sequence
 
 DOCS = [b"abba", b"cab", b"bcaab", b"ac"]
 
@@ -40,7 +40,7 @@ def step():
     tokens = tokenize_doc(dataset, doc)
     n = min(len(tokens) - 1, BLOCK_SIZE)
     sv = StepValues()
-    sv.set_step(tokens, 0, 1)
+    sv.set_step(StepTable([tokens], 1), 0)
     forward_sequence(model, cache, dataset, sv, n)
     backward_sequence(model, cache, scratch, dataset, sv, n)
     return dict(model=model, weights=weights, tokens=tokens, n=n, loss=sv.mean_loss(n), sv=sv,
@@ -86,7 +86,7 @@ def test_adam_update_matches_float64(step):
         p.m.copy_to_device(m0)
         p.v.copy_to_device(v0)
         before[p.name] = (p.data.copy_to_host(), p.grad.copy_to_host(), m0, v0)
-    step["sv"].set_step(step["tokens"], 3, 10)
+    step["sv"].set_step(StepTable([step["tokens"]] * 4, 10), 3)
     adam_update_model(model, step["sv"])
     for p in model.params():
         data, grad, m0, v0 = (x.astype(np.float64) for x in before[p.name])
