@@ -70,8 +70,7 @@ def _floats(count):
 
 
 def launch_matvec(w, x, y, rows, cols):
-    threads = _threads(rows)
-    k.sgemv_t_kernel[_blocks(rows), threads, _stream, _floats(cols + threads * (cols + 1))](w, x, y, rows, cols)
+    k.sgemv_t_kernel[_blocks(rows), _threads(rows), _stream](w, x, y, rows, cols)
 
 
 def launch_linear_backward(w, x, grad_out, grad_w, grad_x, rows, cols):
