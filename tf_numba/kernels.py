@@ -2,14 +2,16 @@
 tf_matmul serves every dot-product loop nest: tf_fc, the input gradients of tf_fc_back and of
 the unembedding, and the unembedding itself.
 
-Element-wise kernels walk their elements in a grid-stride loop: on the GPU the launch gives one
-thread per element, in the simulator one thread walks them all (see launch.py).
+Element-wise kernels walk their elements in a grid-stride loop: on the GPU the launch gives at
+most one thread per element, in the simulator one thread walks them all (see launch.py).
 
 tf.c's numbers depend on the order of every float32 accumulation, so a thread computes one
 output's sum alone, in the C loop's order: dot products start from the bias (or 0) with k
 ascending, gradient sums run over samples i ascending, input gradients over outputs ascending.
-Nothing is split across threads. Statements that tf.c's fma build fuses are written
-`mad(fused, ...)`; every other product is `mul` (see fp.py).
+Nothing is split across threads; what speeds a sum up is keeping its loads in flight ahead of
+its chain of adds (sequential_sum, sequential_mad) and computing around it in parallel.
+Statements that tf.c's fma build fuses are written `mad(fused, ...)`; every other product is
+`mul` (see fp.py).
 
 Shapes follow tf.c's comments: (v: rows, u: columns), row-major, Conv1D weights (in, out).
 `T` is the number of samples (input_size); arrays may have more rows (d_seq), never read.
@@ -34,10 +36,12 @@ EPS = f32(1e-5)
 if config.ENABLE_CUDASIM:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 8, 8, 8
     SOFTMAX_CHUNK = 32
+    WARP = 1  # the threads [0, WARP) of the unembedding softmax leave the exps to the others
     TILE_J, TILE_R, TILE_S = 32, 8, 256
 else:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 128, 256, 1024
-    SOFTMAX_CHUNK = 4096  # exps staged in shared memory for the sequential sum
+    SOFTMAX_CHUNK = 4096  # exps staged in shared memory for the sequential sum, two chunks
+    WARP = 32
     TILE_J = 64  # tf_matmul: a block is TILE_J outputs j by TILE_R rows i, a thread each
     TILE_R = 8
     TILE_S = 32  # summation indices staged in shared memory at a time
@@ -80,21 +84,41 @@ def tf_add(in_1, in_2, out, T):
         out[i, k] = in_1[i, k] + in_2[i, k]
 
 
+UNROLL = 8  # loads a thread keeps in flight in an ordered sum
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
 
 
 @cuda.jit(device=True)
+def term(total, a, b, scale, scaled, fused):
+    """One step of a dot-product chain: total + a * b, or total + (a * b) * scale when `scaled`
+    (tf.c's `(dL_ds * *k) * rsqrt_d_k` terms: the product rounded, then fused with scale)."""
+    if scaled:
+        return mad(fused, mul(a, b), scale, total)
+    return mad(fused, a, b, total)
+
+
+@cuda.jit(device=True)
 def sequential_sum(total, x, n):
-    """total + x[0] + x[1] + ... in order, in float32 (loads four at a time so they overlap)."""
+    """total + x[0] + x[1] + ... + x[n-1] in order, in float32. Software-pipelined: the loads of
+    the next UNROLL values are issued before the adds of the current ones, so memory latency
+    hides behind the chain of adds, which alone sets the pace."""
+    cur = cuda.local.array(UNROLL, np.float32)
+    nxt = cuda.local.array(UNROLL, np.float32)
     k = 0
-    while k + 4 <= n:
-        a0, a1, a2, a3 = x[k], x[k + 1], x[k + 2], x[k + 3]
-        total += a0
-        total += a1
-        total += a2
-        total += a3
-        k += 4
+    if n >= UNROLL:
+        for u in range(UNROLL):
+            cur[u] = x[u]
+        k = UNROLL
+        while k + UNROLL <= n:
+            for u in range(UNROLL):
+                nxt[u] = x[k + u]
+            for u in range(UNROLL):
+                total += cur[u]
+                cur[u] = nxt[u]
+            k += UNROLL
+        for u in range(UNROLL):
+            total += cur[u]
     while k < n:
         total += x[k]
         k += 1
@@ -102,20 +126,32 @@ def sequential_sum(total, x, n):
 
 
 @cuda.jit(device=True)
-def sequential_mad(x, y, n, fused):
-    """sum over k in order of x[k] * y[k], in float32, each step fused or not."""
-    total = ZERO
+def sequential_mad(total, x, y, n, scale, scaled, fused):
+    """total + the terms of x[k] and y[k] (see term) for k ascending, in float32, pipelined as
+    sequential_sum."""
+    cur_x = cuda.local.array(UNROLL, np.float32)
+    cur_y = cuda.local.array(UNROLL, np.float32)
+    nxt_x = cuda.local.array(UNROLL, np.float32)
+    nxt_y = cuda.local.array(UNROLL, np.float32)
     k = 0
-    while k + 4 <= n:
-        a0, a1, a2, a3 = x[k], x[k + 1], x[k + 2], x[k + 3]
-        b0, b1, b2, b3 = y[k], y[k + 1], y[k + 2], y[k + 3]
-        total = mad(fused, a0, b0, total)
-        total = mad(fused, a1, b1, total)
-        total = mad(fused, a2, b2, total)
-        total = mad(fused, a3, b3, total)
-        k += 4
+    if n >= UNROLL:
+        for u in range(UNROLL):
+            cur_x[u] = x[u]
+            cur_y[u] = y[u]
+        k = UNROLL
+        while k + UNROLL <= n:
+            for u in range(UNROLL):
+                nxt_x[u] = x[k + u]
+                nxt_y[u] = y[k + u]
+            for u in range(UNROLL):
+                total = term(total, cur_x[u], cur_y[u], scale, scaled, fused)
+                cur_x[u] = nxt_x[u]
+                cur_y[u] = nxt_y[u]
+            k += UNROLL
+        for u in range(UNROLL):
+            total = term(total, cur_x[u], cur_y[u], scale, scaled, fused)
     while k < n:
-        total = mad(fused, x[k], y[k], total)
+        total = term(total, x[k], y[k], scale, scaled, fused)
         k += 1
     return total
 
@@ -142,7 +178,7 @@ def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
     cuda.syncthreads()
     if t == 0:
         diff = row[D:]
-        variance = sequential_mad(diff, diff, D, fused) / f32(D)
+        variance = sequential_mad(ZERO, diff, diff, D, ONE, False, fused) / f32(D)
         r = ONE / sqrtf(variance + EPS)
         stats[1] = r
         mean[i] = m
@@ -220,22 +256,16 @@ def tf_fc_back(inp, dL_dout, dL_dweight, dL_dbias, T, fused):
 @cuda.jit
 def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
     """tf_ln_back. Blocks [0, T) take one sample each: the block stages dL/din_norm and in_norm
-    in shared memory, one thread forms the two partial sums in order, every thread writes input
-    gradients. The blocks after them own weight and bias gradients (sums over samples i
-    ascending), one feature per thread."""
+    in shared memory, the first and the last thread (different warps, so the two chains run
+    side by side) form the two partial sums in order, every thread writes input gradients.
+    The blocks after them own weight and bias gradients (sums over samples i ascending), one
+    feature per thread."""
     t = cuda.threadIdx.x
     D = inp.shape[1]
     if cuda.blockIdx.x >= T:
         k = (cuda.blockIdx.x - T) * LN_THREADS + t
         if k < D:
-            dw = dL_dweight[k]
-            db = dL_dbias[k]
-            for i in range(T):
-                in_norm = mul(inp[i, k] - mean[i], r_std[i])
-                dw = mad(fused, dL_dout[i, k], in_norm, dw)
-                db += dL_dout[i, k]
-            dL_dweight[k] = dw
-            dL_dbias[k] = db
+            ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused)
         return
     i = cuda.blockIdx.x
     r, m = r_std[i], mean[i]
@@ -246,9 +276,9 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         staged[D + k] = mul(inp[i, k] - m, r)
     cuda.syncthreads()
     if t == 0:
-        dL_din_norm, in_norm = staged[:D], staged[D:]
-        partial[0] = sequential_sum(ZERO, dL_din_norm, D) / f32(D)
-        partial[1] = sequential_mad(dL_din_norm, in_norm, D, fused) / f32(D)
+        partial[0] = sequential_sum(ZERO, staged[:D], D) / f32(D)
+    if t == LN_THREADS - 1:
+        partial[1] = sequential_mad(ZERO, staged[:D], staged[D:], D, ONE, False, fused) / f32(D)
     cuda.syncthreads()
     mean_partial, var_partial = partial[0], partial[1]
     for k in range(t, D, LN_THREADS):
@@ -256,6 +286,27 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         acc -= mean_partial
         acc = mad(fused, -var_partial, staged[D + k], acc)
         dL_din[i, k] = mul(acc, r)
+
+
+@cuda.jit(device=True)
+def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused):
+    """Feature k's weight and bias gradients, sums over samples i ascending; the loads of UNROLL
+    samples go out together ahead of their steps."""
+    dout = cuda.local.array(UNROLL, np.float32)
+    in_norm = cuda.local.array(UNROLL, np.float32)
+    dw = dL_dweight[k]
+    db = dL_dbias[k]
+    for i0 in range(0, T, UNROLL):
+        for u in range(UNROLL):
+            if i0 + u < T:
+                dout[u] = dL_dout[i0 + u, k]
+                in_norm[u] = mul(inp[i0 + u, k] - mean[i0 + u], r_std[i0 + u])
+        for u in range(UNROLL):
+            if i0 + u < T:
+                dw = mad(fused, dout[u], in_norm[u], dw)
+                db += dout[u]
+    dL_dweight[k] = dw
+    dL_dbias[k] = db
 
 
 @cuda.jit
@@ -266,30 +317,52 @@ def tf_attn_scores(c_attn, softmax, T, d_k, rsqrt_d_k, fused):
     for idx in range(cuda.grid(1), H * T * T, cuda.gridsize(1)):
         h, q_i, k_i = idx // (T * T), idx // T % T, idx % T
         if k_i <= q_i:
-            dot = ZERO
-            for d in range(d_k):
-                dot = mad(fused, c_attn[q_i, h * d_k + d], c_attn[k_i, D + h * d_k + d], dot)
+            c = h * d_k
+            dot = sequential_mad(ZERO, c_attn[q_i, c:c + d_k], c_attn[k_i, D + c:D + c + d_k], d_k, ONE, False, fused)
             softmax[h, q_i, k_i] = mul(dot, rsqrt_d_k)
 
 
 @cuda.jit
 def tf_attn_softmax(softmax, T):
-    """One thread per (head, query): max, exp and sum over keys k <= q ascending, then scale."""
+    """One thread per (head, query): max, exp and sum over keys k <= q ascending, then scale;
+    each pass over the row loads UNROLL values at a time."""
     H = softmax.shape[0]
+    e = cuda.local.array(UNROLL, np.float32)
     for idx in range(cuda.grid(1), H * T, cuda.gridsize(1)):
         h, q_i = idx // T, idx % T
+        row = softmax[h, q_i]
+        n = q_i + 1
         softmax_max = f32(-np.inf)
-        for k_i in range(q_i + 1):
-            if softmax[h, q_i, k_i] > softmax_max:
-                softmax_max = softmax[h, q_i, k_i]
+        for k0 in range(0, n, UNROLL):
+            for u in range(UNROLL):
+                if k0 + u < n:
+                    e[u] = row[k0 + u]
+            for u in range(UNROLL):
+                if k0 + u < n and e[u] > softmax_max:
+                    softmax_max = e[u]
         softmax_sum = ZERO
-        for k_i in range(q_i + 1):
-            e = expf(softmax[h, q_i, k_i] - softmax_max)
-            softmax_sum += e
-            softmax[h, q_i, k_i] = e
-        r_softmax_sum = ONE / softmax_sum
-        for k_i in range(q_i + 1):
-            softmax[h, q_i, k_i] = mul(softmax[h, q_i, k_i], r_softmax_sum)
+        for k0 in range(0, n, UNROLL):
+            for u in range(UNROLL):
+                if k0 + u < n:
+                    e[u] = expf(row[k0 + u] - softmax_max)
+            for u in range(UNROLL):
+                if k0 + u < n:
+                    softmax_sum += e[u]
+                    row[k0 + u] = e[u]
+        scale_row(row, n, ONE / softmax_sum)
+
+
+@cuda.jit(device=True)
+def scale_row(row, n, r):
+    """row[k] *= r for k < n, UNROLL loads ahead of their stores."""
+    x = cuda.local.array(UNROLL, np.float32)
+    for k0 in range(0, n, UNROLL):
+        for u in range(UNROLL):
+            if k0 + u < n:
+                x[u] = row[k0 + u]
+        for u in range(UNROLL):
+            if k0 + u < n:
+                row[k0 + u] = mul(x[u], r)
 
 
 @cuda.jit
@@ -299,10 +372,8 @@ def tf_attn_z(c_attn, softmax, z, T, d_k, fused):
     for idx in range(cuda.grid(1), T * D, cuda.gridsize(1)):
         q_i, c = idx // D, idx % D
         h = c // d_k
-        acc = ZERO
-        for v_i in range(q_i + 1):
-            acc = mad(fused, softmax[h, q_i, v_i], c_attn[v_i, 2 * D + c], acc)
-        z[q_i, c] = acc
+        n = q_i + 1
+        z[q_i, c] = sequential_mad(ZERO, softmax[h, q_i, :n], c_attn[:n, 2 * D + c], n, ONE, False, fused)
 
 
 @cuda.jit
@@ -317,8 +388,10 @@ def tf_gelu(inp, out, T):
 
 @cuda.jit
 def tf_unembedding_softmax(out, rows):
-    """Softmax of row rows[0] + blockIdx: the block finds the max (exact in any order) and the
-    exps; one thread sums them in tf.c's order; the block scales by the reciprocal."""
+    """Softmax of row rows[0] + blockIdx: the block finds the max (exact in any order); thread 0
+    sums the exps in tf.c's order, a chunk at a time from shared memory, while the threads from
+    WARP on compute the next chunk's exps into the other buffer; the block scales by the
+    reciprocal."""
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
@@ -336,19 +409,21 @@ def tf_unembedding_softmax(out, rows):
         partial[0] = m
     cuda.syncthreads()
     softmax_max = partial[0]
-    # The exps go to the row and, a chunk at a time, to shared memory, where one thread adds
-    # them in order (from shared memory its loads are short).
-    chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
+    chunks = cuda.shared.array((2, SOFTMAX_CHUNK), np.float32)
+    n_chunks = -(-V // SOFTMAX_CHUNK)
     softmax_exp_sum = ZERO
-    for c0 in range(0, V, SOFTMAX_CHUNK):
-        n = min(SOFTMAX_CHUNK, V - c0)
-        for v in range(t, n, SOFTMAX_THREADS):
-            e = expf(out[i, c0 + v] - softmax_max)
-            out[i, c0 + v] = e
-            chunk[v] = e
-        cuda.syncthreads()
-        if t == 0:
-            softmax_exp_sum = sequential_sum(softmax_exp_sum, chunk, n)
+    # step c: chunk c's exps go to the row and to buffer c % 2, as thread 0 adds chunk c - 1's
+    for c in range(n_chunks + 1):
+        if t >= WARP and c < n_chunks:
+            c0 = c * SOFTMAX_CHUNK
+            chunk = chunks[c % 2]
+            for v in range(t - WARP, min(SOFTMAX_CHUNK, V - c0), SOFTMAX_THREADS - WARP):
+                e = expf(out[i, c0 + v] - softmax_max)
+                out[i, c0 + v] = e
+                chunk[v] = e
+        if t == 0 and c > 0:
+            c0 = (c - 1) * SOFTMAX_CHUNK
+            softmax_exp_sum = sequential_sum(softmax_exp_sum, chunks[(c - 1) % 2], min(SOFTMAX_CHUNK, V - c0))
         cuda.syncthreads()
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
@@ -398,15 +473,20 @@ def tf_argmax(out, rows, tokens):
 @cuda.jit
 def tf_loss(probs, expected, loss, T):
     """dL/dlogit = p - 1 at the expected token (probs holds a copy of the softmax), and the
-    total cross-entropy, summed over samples in order by one thread."""
+    total cross-entropy, summed over samples in order by one thread, UNROLL samples' loads and
+    logs at a time (each sample edits its own row)."""
     if cuda.grid(1) != 0:
         return
+    p_correct = cuda.local.array(UNROLL, np.float32)
     loss_total = ZERO
-    for i in range(T):
-        correct = expected[i]
-        p_correct = probs[i, correct]
-        probs[i, correct] = p_correct - ONE
-        loss_total += -logf(p_correct)
+    for i0 in range(0, T, UNROLL):
+        for u in range(UNROLL):
+            if i0 + u < T:
+                p_correct[u] = probs[i0 + u, expected[i0 + u]]
+        for u in range(UNROLL):
+            if i0 + u < T:
+                probs[i0 + u, expected[i0 + u]] = p_correct[u] - ONE
+                loss_total += -logf(p_correct[u])
     loss[0] = loss_total
 
 
@@ -442,24 +522,30 @@ def tf_attn_back_dot(dL_dz, c_attn, dL_da, T, d_k, fused):
     for idx in range(cuda.grid(1), H * T * T, cuda.gridsize(1)):
         h, i, j = idx // (T * T), idx // T % T, idx % T
         if j <= i:
-            dot = ZERO
-            for d in range(d_k):
-                dot = mad(fused, dL_dz[i, h * d_k + d], c_attn[j, 2 * D + h * d_k + d], dot)
-            dL_da[h, i, j] = dot
+            c = h * d_k
+            v = c_attn[j, 2 * D + c:2 * D + c + d_k]
+            dL_da[h, i, j] = sequential_mad(ZERO, dL_dz[i, c:c + d_k], v, d_k, ONE, False, fused)
 
 
 @cuda.jit
 def tf_attn_back_softmax(softmax, dL_da, T, fused):
     """Per (head, query i): row_sum = sum over j <= i of a * dL_da, then turn each dL_da[j]
-    into dL_ds = a * (dL_da - row_sum)."""
+    into dL_ds = a * (dL_da - row_sum), UNROLL loads ahead of their stores."""
     H = softmax.shape[0]
+    a = cuda.local.array(UNROLL, np.float32)
+    d = cuda.local.array(UNROLL, np.float32)
     for idx in range(cuda.grid(1), H * T, cuda.gridsize(1)):
         h, i = idx // T, idx % T
-        row_sum = ZERO
-        for j in range(i + 1):
-            row_sum = mad(fused, softmax[h, i, j], dL_da[h, i, j], row_sum)
-        for j in range(i + 1):
-            dL_da[h, i, j] = mul(softmax[h, i, j], dL_da[h, i, j] - row_sum)
+        n = i + 1
+        row_sum = sequential_mad(ZERO, softmax[h, i, :n], dL_da[h, i, :n], n, ONE, False, fused)
+        for j0 in range(0, n, UNROLL):
+            for u in range(UNROLL):
+                if j0 + u < n:
+                    a[u] = softmax[h, i, j0 + u]
+                    d[u] = dL_da[h, i, j0 + u]
+            for u in range(UNROLL):
+                if j0 + u < n:
+                    dL_da[h, i, j0 + u] = mul(a[u], d[u] - row_sum)
 
 
 @cuda.jit
@@ -472,16 +558,13 @@ def tf_attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_
         row, c = idx // D3, idx % D3
         part, cd = c // D, c % D
         h = cd // d_k
-        acc = ZERO
         if part == 0:
-            for j in range(row + 1):
-                acc = mad(fused, mul(dL_ds[h, row, j], c_attn[j, D + cd]), rsqrt_d_k, acc)
+            acc = sequential_mad(ZERO, dL_ds[h, row, :row + 1], c_attn[:row + 1, D + cd], row + 1, rsqrt_d_k, True,
+                                 fused)
         elif part == 1:
-            for i in range(row, T):
-                acc = mad(fused, mul(dL_ds[h, i, row], c_attn[i, cd]), rsqrt_d_k, acc)
+            acc = sequential_mad(ZERO, dL_ds[h, row:T, row], c_attn[row:T, cd], T - row, rsqrt_d_k, True, fused)
         else:
-            for i in range(row, T):
-                acc = mad(fused, dL_dz[i, cd], softmax[h, i, row], acc)
+            acc = sequential_mad(ZERO, dL_dz[row:T, cd], softmax[h, row:T, row], T - row, ONE, False, fused)
         dL_dc_attn[row, c] = acc
 
 

@@ -1,10 +1,13 @@
 """Kernel launches: their sizes, and where they go (the default stream, or a CUDA graph being
 recorded, see graph.py)."""
-from numba import config
+import functools
+
+from numba import config, cuda
 
 from . import kernels as K
 
 BLOCK = 128
+RESIDENT_BLOCKS = 2048 // BLOCK  # blocks of BLOCK threads a multiprocessor holds at once
 # Some of tf.c's stages are small by nature (one row, one block); Numba's low-occupancy
 # warning on each of them would drown the output.
 config.CUDA_LOW_OCCUPANCY_WARNINGS = False
@@ -24,10 +27,19 @@ if config.ENABLE_CUDASIM:
 
 else:
 
+    @functools.cache
+    def multiprocessors():
+        return cuda.get_current_device().MULTIPROCESSOR_COUNT
+
     def elementwise(kernel, n, *args):
-        """kernel over n elements, one thread each (its grid-stride loop then runs once)."""
-        block = min(BLOCK, n)
-        kernel[-(-n // block), block, Target.stream](*args)
+        """kernel over n elements, at most one thread each: blocks of whole warps, small enough
+        that a small kernel (latency-bound) reaches every multiprocessor, and no more blocks
+        than the GPU holds at once, since a grid of a million blocks is bound by the rate at
+        which blocks launch (the grid-stride loop walks the rest)."""
+        sms = multiprocessors()
+        per_sm = -(-n // sms)
+        block = min(BLOCK, max(32, -(-per_sm // 32) * 32))
+        kernel[min(-(-n // block), sms * RESIDENT_BLOCKS), block, Target.stream](*args)
 
 
 def blocks(kernel, grid, block, shared_bytes, *args):
