@@ -4,14 +4,16 @@ import numpy as np
 
 from . import kernels as K
 from . import launch
+from . import matmul as M
 from .probe import NO_PROBE
 
 
 def fc_back(m, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
-    """tf_fc_back: the input gradient is a tf_matmul, the parameter gradients element-wise."""
-    launch.matmul(dL_dout, weight, True, m.zeros, dL_din, m.rows(T), T, m.fused)
-    launch.elementwise(K.tf_fc_back, dL_dbias.shape[0] + dL_dweight.size, inp, dL_dout, dL_dweight, dL_dbias,
-                       T, m.fused)
+    """tf_fc_back: three independent sets of sums (tf.c interleaves them; none reads another)."""
+    K_in = dL_dweight.shape[0]
+    launch.matmul("tf_fc_back_din", dL_dout, weight, m.zeros, dL_din, m.rows(T), T, m.fused)
+    launch.matmul("tf_fc_back_dweight", inp, dL_dout, m.zeros, dL_dweight, m.rows(K_in), K_in, m.fused, S=T)
+    launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
 
 
 def backward(m, T, probe=NO_PROBE):
@@ -28,10 +30,10 @@ def backward(m, T, probe=NO_PROBE):
     probe.sum("backward.loss", b.loss, 1)
 
     r_input_size = np.float32(1.0) / np.float32(T)
-    launch.matmul(b.unembedding.out, p.wte.weight, False, m.zeros, b.ln_f.out, m.rows(T), T, fused,
-                  scale=r_input_size)
-    launch.elementwise(K.tf_unembedding_back, V * D, b.unembedding.out, a.ln_f.out, g.wte.weight, r_input_size,
-                       T, fused)
+    launch.matmul("tf_unembedding_back_din", b.unembedding.out, p.wte.weight, m.zeros, b.ln_f.out, m.rows(T), T,
+                  fused, scale=r_input_size)
+    launch.matmul("tf_unembedding_back_dwte", b.unembedding.out, a.ln_f.out, m.zeros, g.wte.weight, m.rows(V), V,
+                  fused, S=T, scale=r_input_size)
     probe.time("unembedding")
     probe.sum("backward.unembedding.wte", g.wte.weight, V * D)
     probe.sum("backward.ln_f.out", b.ln_f.out, T * D)
@@ -92,7 +94,7 @@ def backward(m, T, probe=NO_PROBE):
 
         launch.elementwise(K.tf_attn_back_dot, H * T * T, b.attn.z.out, x.attn.c_attn.out, b.attn.softmax.out,
                            T, d_k, fused)
-        launch.elementwise(K.tf_attn_back_softmax, H * T, x.attn.softmax.out, b.attn.softmax.out, T, fused)
+        launch.blocks(K.tf_attn_back_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, b.attn.softmax.out, T, fused)
         launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
                            b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
         probe.time("attn.z")

@@ -28,19 +28,19 @@ def forward(m, T, last_only, probe=NO_PROBE):
         if first:
             probe.sum("forward.h0.ln_1", x.ln_1.out, T * D)
 
-        launch.matmul(x.ln_1.out, w.attn.c_attn.weight, False, w.attn.c_attn.bias, x.attn.c_attn.out, rows, T, fused)
+        launch.matmul("tf_fc", x.ln_1.out, w.attn.c_attn.weight, w.attn.c_attn.bias, x.attn.c_attn.out, rows, T, fused)
         probe.time("attn.c_attn")
         if first:
             probe.sum("forward.h0.attn.c_attn", x.attn.c_attn.out, T * 3 * D)
 
         launch.elementwise(K.tf_attn_scores, H * T * T, x.attn.c_attn.out, x.attn.softmax.out, T, d_k, m.rsqrt_d_k, fused)
-        launch.elementwise(K.tf_attn_softmax, H * T, x.attn.softmax.out, T)
+        launch.blocks(K.tf_attn_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, T)
         launch.elementwise(K.tf_attn_z, T * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, T, d_k, fused)
         probe.time("attn.z")
         if first:
             probe.sum("forward.h0.attn.z", x.attn.z.out, T * D)
 
-        launch.matmul(x.attn.z.out, w.attn.c_proj.weight, False, w.attn.c_proj.bias, x.attn.c_proj.out, rows, T, fused)
+        launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, T, fused)
         probe.time("attn.c_proj")
         if first:
             probe.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)
@@ -53,13 +53,13 @@ def forward(m, T, last_only, probe=NO_PROBE):
         if first:
             probe.sum("forward.h0.ln_2", x.ln_2.out, T * D)
 
-        launch.matmul(x.ln_2.out, w.mlp.c_fc.weight, False, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, T, fused)
+        launch.matmul("tf_fc", x.ln_2.out, w.mlp.c_fc.weight, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, T, fused)
         probe.time("mlp.c_fc")
 
         launch.elementwise(K.tf_gelu, T * 4 * D, x.mlp.c_fc.out, x.mlp.gelu.out, T)
         probe.time("mlp.gelu")
 
-        launch.matmul(x.mlp.gelu.out, w.mlp.c_proj.weight, False, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, T, fused)
+        launch.matmul("tf_fc", x.mlp.gelu.out, w.mlp.c_proj.weight, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, T, fused)
         probe.time("mlp.c_proj")
         if first:
             probe.sum("forward.h0.mlp.c_proj", x.mlp.c_proj.out, T * D)
@@ -73,7 +73,7 @@ def forward(m, T, last_only, probe=NO_PROBE):
     probe.sum("forward.ln_f", a.ln_f.out, T * D)
 
     unembed_rows, n = (m.last_rows, 1) if last_only else (rows, T)
-    launch.matmul(a.ln_f.out, p.wte.weight, True, m.zeros, a.unembedding.out, unembed_rows, n, fused)
+    launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n, fused)
     launch.blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, a.unembedding.out, unembed_rows)
     probe.time("unembedding")
     probe.sum("forward.unembedding", a.unembedding.out, T * V)

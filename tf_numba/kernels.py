@@ -1,6 +1,5 @@
-"""One kernel per tf.c routine or loop nest, each thread owning whole output elements.
-tf_matmul serves every dot-product loop nest: tf_fc, the input gradients of tf_fc_back and of
-the unembedding, and the unembedding itself.
+"""One kernel per tf.c routine or loop nest, each thread owning whole output elements. The
+matrix-shaped loop nests (tf_fc, tf_fc_back, the unembedding and its backward) are in matmul.py.
 
 Element-wise kernels walk their elements in a grid-stride loop: on the GPU the launch gives at
 most one thread per element, in the simulator one thread walks them all (see launch.py).
@@ -37,20 +36,10 @@ if config.ENABLE_CUDASIM:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 8, 8, 8
     SOFTMAX_CHUNK = 32
     WARP = 1  # the threads [0, WARP) of the unembedding softmax leave the exps to the others
-    TILE_J, TILE_R, TILE_S = 32, 8, 256
 else:
     LN_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 128, 256, 1024
     SOFTMAX_CHUNK = 4096  # exps staged in shared memory for the sequential sum, two chunks
     WARP = 32
-    TILE_J = 64  # tf_matmul: a block is TILE_J outputs j by TILE_R rows i, a thread each
-    TILE_R = 8
-    TILE_S = 32  # summation indices staged in shared memory at a time
-# Unbounded, ptxas gives tf_matmul 160 registers, too many for TILE_J * TILE_R = 512 threads
-# (the launch fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES); 128 fits them (124, no spills).
-MATMUL_OPTIONS = {} if config.ENABLE_CUDASIM else {"max_registers": 65536 // (TILE_J * TILE_R)}
-# b's tile rows get one spare column, so a warp storing down a column of it (b_by_output) hits
-# 32 different shared-memory banks (a constant: cuda.shared.array needs one)
-TILE_J_PADDED = TILE_J + 1
 
 
 @cuda.jit
@@ -85,6 +74,8 @@ def tf_add(in_1, in_2, out, T):
 
 
 UNROLL = 8  # loads a thread keeps in flight in an ordered sum
+ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax row
+ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
 
@@ -192,67 +183,6 @@ def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
 
 
 
-@cuda.jit(**MATMUL_OPTIONS)
-def tf_matmul(a, b, b_by_output, init, out, rows, scale, scaled, fused):
-    """out[i, j] = init[j] + sum over s ascending of a[i, s] * B(s, j), for rows
-    rows[0] <= i < rows[1], then times scale when `scaled`. B(s, j) is b[s, j] (tf_fc's weight
-    (in, out); wte in the unembedding backward) or, with b_by_output, b[j, s] (the weight as
-    tf_fc_back reads it; wte in the unembedding). Thread (x, y) of a (TILE_J, TILE_R) block owns
-    out[i0 + y, j0 + x] and runs its sum alone, in tf.c's order; the block only stages tiles of
-    a and b in shared memory, so each value read from memory serves many threads. Dot products
-    that tf.c starts from 0 pass init = zeros."""
-    tj, r = cuda.threadIdx.x, cuda.threadIdx.y
-    t = r * TILE_J + tj
-    j0 = cuda.blockIdx.x * TILE_J
-    i0 = rows[0] + cuda.blockIdx.y * TILE_R
-    i_end = rows[1]
-    J, S = out.shape[1], a.shape[1]
-    j, i = j0 + tj, i0 + r
-    sa = cuda.shared.array((TILE_R, TILE_S), np.float32)
-    sb = cuda.shared.array((TILE_S, TILE_J_PADDED), np.float32)
-    acc = init[j] if j < J else ZERO
-    for s0 in range(0, S, TILE_S):
-        for q in range(t, TILE_R * TILE_S, TILE_J * TILE_R):
-            rr, ss = q // TILE_S, q % TILE_S
-            if i0 + rr < i_end and s0 + ss < S:
-                sa[rr, ss] = a[i0 + rr, s0 + ss]
-        for q in range(t, TILE_S * TILE_J, TILE_J * TILE_R):
-            if b_by_output:  # consecutive threads read along s, b's rows
-                jj, ss = q // TILE_S, q % TILE_S
-                if j0 + jj < J and s0 + ss < S:
-                    sb[ss, jj] = b[j0 + jj, s0 + ss]
-            else:  # consecutive threads read along j, b's rows
-                ss, jj = q // TILE_J, q % TILE_J
-                if j0 + jj < J and s0 + ss < S:
-                    sb[ss, jj] = b[s0 + ss, j0 + jj]
-        cuda.syncthreads()
-        for ss in range(min(TILE_S, S - s0)):
-            acc = mad(fused, sa[r, ss], sb[ss, tj], acc)
-        cuda.syncthreads()
-    if j < J and i < i_end:
-        out[i, j] = mul(acc, scale) if scaled else acc
-
-
-@cuda.jit
-def tf_fc_back(inp, dL_dout, dL_dweight, dL_dbias, T, fused):
-    """tf_fc_back's parameter gradients (its input gradient is a tf_matmul): elements [0, U)
-    are bias gradients, the next K*U weight gradients, each a sum over samples i ascending
-    into what is there."""
-    K, U = dL_dweight.shape[0], dL_dweight.shape[1]
-    for idx in range(cuda.grid(1), U + K * U, cuda.gridsize(1)):
-        if idx < U:
-            acc = dL_dbias[idx]
-            for i in range(T):
-                acc += dL_dout[i, idx]
-            dL_dbias[idx] = acc
-        else:
-            k, u = (idx - U) // U, (idx - U) % U
-            acc = dL_dweight[k, u]
-            for i in range(T):
-                acc = mad(fused, dL_dout[i, u], inp[i, k], acc)
-            dL_dweight[k, u] = acc
-
-
 @cuda.jit
 def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
     """tf_ln_back. Blocks [0, T) take one sample each: the block stages dL/din_norm and in_norm
@@ -324,45 +254,33 @@ def tf_attn_scores(c_attn, softmax, T, d_k, rsqrt_d_k, fused):
 
 @cuda.jit
 def tf_attn_softmax(softmax, T):
-    """One thread per (head, query): max, exp and sum over keys k <= q ascending, then scale;
-    each pass over the row loads UNROLL values at a time."""
-    H = softmax.shape[0]
-    e = cuda.local.array(UNROLL, np.float32)
-    for idx in range(cuda.grid(1), H * T, cuda.gridsize(1)):
-        h, q_i = idx // T, idx % T
-        row = softmax[h, q_i]
-        n = q_i + 1
-        softmax_max = f32(-np.inf)
-        for k0 in range(0, n, UNROLL):
-            for u in range(UNROLL):
-                if k0 + u < n:
-                    e[u] = row[k0 + u]
-            for u in range(UNROLL):
-                if k0 + u < n and e[u] > softmax_max:
-                    softmax_max = e[u]
-        softmax_sum = ZERO
-        for k0 in range(0, n, UNROLL):
-            for u in range(UNROLL):
-                if k0 + u < n:
-                    e[u] = expf(row[k0 + u] - softmax_max)
-            for u in range(UNROLL):
-                if k0 + u < n:
-                    softmax_sum += e[u]
-                    row[k0 + u] = e[u]
-        scale_row(row, n, ONE / softmax_sum)
-
-
-@cuda.jit(device=True)
-def scale_row(row, n, r):
-    """row[k] *= r for k < n, UNROLL loads ahead of their stores."""
-    x = cuda.local.array(UNROLL, np.float32)
-    for k0 in range(0, n, UNROLL):
-        for u in range(UNROLL):
-            if k0 + u < n:
-                x[u] = row[k0 + u]
-        for u in range(UNROLL):
-            if k0 + u < n:
-                row[k0 + u] = mul(x[u], r)
+    """Block h * T + q owns row (head h, query q): its lanes find the max (exact in any order)
+    and the exps over keys k <= q; one lane adds the exps in tf.c's order; the lanes scale."""
+    h, q_i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
+    lane = cuda.threadIdx.x
+    row = softmax[h, q_i]
+    n = q_i + 1
+    exps = cuda.shared.array(ATTN_T_MAX, np.float32)
+    part = cuda.shared.array(ATTN_LANES, np.float32)
+    m = f32(-np.inf)
+    for k in range(lane, n, ATTN_LANES):
+        if row[k] > m:
+            m = row[k]
+    part[lane] = m
+    cuda.syncthreads()
+    softmax_max = part[0]
+    for j in range(1, ATTN_LANES):
+        if part[j] > softmax_max:
+            softmax_max = part[j]
+    for k in range(lane, n, ATTN_LANES):
+        exps[k] = expf(row[k] - softmax_max)
+    cuda.syncthreads()  # also: every lane has read part before lane 0 reuses it
+    if lane == 0:
+        part[0] = ONE / sequential_sum(ZERO, exps, n)
+    cuda.syncthreads()
+    r_softmax_sum = part[0]
+    for k in range(lane, n, ATTN_LANES):
+        row[k] = mul(exps[k], r_softmax_sum)
 
 
 @cuda.jit
@@ -491,19 +409,6 @@ def tf_loss(probs, expected, loss, T):
 
 
 @cuda.jit
-def tf_unembedding_back(dL_dout, inp, dL_dwte, r_input_size, T, fused):
-    """The unembedding backward's wte gradient (its input gradient is a tf_matmul): a sum over
-    samples i ascending, into what is there."""
-    V, D = dL_dwte.shape[0], dL_dwte.shape[1]
-    for idx in range(cuda.grid(1), V * D, cuda.gridsize(1)):
-        v, k = idx // D, idx % D
-        acc = dL_dwte[v, k]
-        for i in range(T):
-            acc = mad(fused, mul(dL_dout[i, v], inp[i, k]), r_input_size, acc)
-        dL_dwte[v, k] = acc
-
-
-@cuda.jit
 def tf_gelu_back(inp, dL_dout, dL_din, T, fused):
     N = dL_din.shape[1]
     for idx in range(cuda.grid(1), T * N, cuda.gridsize(1)):
@@ -529,23 +434,25 @@ def tf_attn_back_dot(dL_dz, c_attn, dL_da, T, d_k, fused):
 
 @cuda.jit
 def tf_attn_back_softmax(softmax, dL_da, T, fused):
-    """Per (head, query i): row_sum = sum over j <= i of a * dL_da, then turn each dL_da[j]
-    into dL_ds = a * (dL_da - row_sum), UNROLL loads ahead of their stores."""
-    H = softmax.shape[0]
-    a = cuda.local.array(UNROLL, np.float32)
-    d = cuda.local.array(UNROLL, np.float32)
-    for idx in range(cuda.grid(1), H * T, cuda.gridsize(1)):
-        h, i = idx // T, idx % T
-        n = i + 1
-        row_sum = sequential_mad(ZERO, softmax[h, i, :n], dL_da[h, i, :n], n, ONE, False, fused)
-        for j0 in range(0, n, UNROLL):
-            for u in range(UNROLL):
-                if j0 + u < n:
-                    a[u] = softmax[h, i, j0 + u]
-                    d[u] = dL_da[h, i, j0 + u]
-            for u in range(UNROLL):
-                if j0 + u < n:
-                    dL_da[h, i, j0 + u] = mul(a[u], d[u] - row_sum)
+    """Block h * T + i owns row (head h, query i): its lanes stage a and dL_da for j <= i, one
+    lane forms row_sum = sum of a * dL_da in order, the lanes turn each dL_da[j] into
+    dL_ds = a * (dL_da - row_sum)."""
+    h, i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
+    lane = cuda.threadIdx.x
+    n = i + 1
+    a = cuda.shared.array(ATTN_T_MAX, np.float32)
+    d = cuda.shared.array(ATTN_T_MAX, np.float32)
+    part = cuda.shared.array(1, np.float32)
+    for j in range(lane, n, ATTN_LANES):
+        a[j] = softmax[h, i, j]
+        d[j] = dL_da[h, i, j]
+    cuda.syncthreads()
+    if lane == 0:
+        part[0] = sequential_mad(ZERO, a, d, n, ONE, False, fused)
+    cuda.syncthreads()
+    row_sum = part[0]
+    for j in range(lane, n, ATTN_LANES):
+        dL_da[h, i, j] = mul(a[j], d[j] - row_sum)
 
 
 @cuda.jit

@@ -5,6 +5,7 @@ import functools
 from numba import config, cuda
 
 from . import kernels as K
+from . import matmul as M
 
 BLOCK = 128
 RESIDENT_BLOCKS = 2048 // BLOCK  # blocks of BLOCK threads a multiprocessor holds at once
@@ -48,7 +49,7 @@ def blocks(kernel, grid, block, shared_bytes, *args):
 
 def ln(*args):
     """tf_ln over T samples: args as the kernel's."""
-    inp, T = args[2], args[6]
+    T = args[6]
     blocks(K.tf_ln, T, K.LN_THREADS, 0, *args)
 
 
@@ -59,9 +60,11 @@ def ln_back(*args):
     blocks(K.tf_ln_back, T + -(-D // K.LN_THREADS), K.LN_THREADS, 0, *args)
 
 
-def matmul(a, b, b_by_output, init, out, rows, n_rows, fused, scale=None):
-    """tf_matmul over n_rows rows starting at rows[0] (rows: a device array [first, end))."""
-    grid = (-(-out.shape[1] // K.TILE_J), -(-n_rows // K.TILE_R))
-    scaled = scale is not None
+def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None):
+    """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
+    end)); S, the sum's length, is a's row length unless given."""
+    S = a.shape[1] if S is None else S
+    tile = M.tile_for(name, n_rows, out.shape[1], S)
+    grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
     scale = K.ONE if scale is None else scale
-    K.tf_matmul[grid, (K.TILE_J, K.TILE_R), Target.stream](a, b, b_by_output, init, out, rows, scale, scaled, fused)
+    M.build(name, tile, fused)[grid, (tile.CT, tile.RT), Target.stream](a, b, start, out, rows, S, scale)

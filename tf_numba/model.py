@@ -7,7 +7,7 @@ from numba import cuda
 from . import arena
 from .assets import AssetError
 from .checkpoints import Config
-from .kernels import LN_D_MAX
+from .kernels import ATTN_T_MAX, LN_D_MAX
 from .fp import is_fused
 
 
@@ -21,6 +21,8 @@ class TFModel:
     def __init__(self, cfg: Config, tensors, fp_model: str):
         if cfg.d_model > LN_D_MAX:
             raise AssetError(f"d_model {cfg.d_model} is wider than the {LN_D_MAX} the layer norms support")
+        if cfg.d_seq > ATTN_T_MAX:
+            raise AssetError(f"d_seq {cfg.d_seq} is longer than the {ATTN_T_MAX} tokens attention supports")
         self.cfg = cfg
         self.fused = is_fused(fp_model)
         # tf.c's tf_rsqrt_d_k literal (0.125f for d_k = 64), as a float32 from the config.

@@ -28,6 +28,7 @@ from numba import config, cuda, types  # noqa: E402
 
 from microgpt_numba import fast  # noqa: E402
 from tf_numba import kernels as tf_kernels  # noqa: E402
+from tf_numba import matmul as tf_matmul  # noqa: E402
 
 CC = (9, 0)
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
@@ -40,15 +41,21 @@ F1, F2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
 I1, I2 = types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C")
 L1, U1 = types.Array(types.int64, 1, "C"), types.Array(types.uint16, 1, "C")
 B, I64, F32 = types.boolean, types.int64, types.float32
-# (module, kernel, the argument types it is launched with, threads per block, its max_registers)
+# (name, kernel, the argument types it is launched with, threads per block, its max_registers, whether
+# its local arrays must live in registers)
 KERNELS = [
-    (fast, "train_kernel", (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I64, F2, I64, F1), fast.THREADS,
-     fast.KERNEL_OPTIONS.get("max_registers")),
-    (fast, "generate_kernel", (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1), fast.THREADS,
-     fast.KERNEL_OPTIONS.get("max_registers")),
-    (tf_kernels, "tf_matmul", (F2, F2, B, F1, F2, L1, F32, B, B), tf_kernels.TILE_J * tf_kernels.TILE_R,
-     tf_kernels.MATMUL_OPTIONS.get("max_registers")),
-    (tf_kernels, "tf_argmax", (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None),
+    ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I64, F2, I64, F1),
+     fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
+    ("generate_kernel", fast.generate_kernel, (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1),
+     fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
+    ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
+] + [
+    (f"{name} {tile_name} {'fma' if fused else 'nofma'}", tf_matmul.build(name, tile, fused),
+     (F2, F2, F1, F2, L1, I64, F32), tile.RT * tile.CT, None, True)
+    for name in tf_matmul.KINDS
+    for tile_name, tile in (("wide", tf_matmul.WIDE), ("narrow", tf_matmul.NARROW), ("thin", tf_matmul.THIN),
+                            ("long", tf_matmul.LONG))
+    for fused in (True, False)
 ]
 
 
@@ -59,7 +66,8 @@ def ptxas(path, cap):
     regs = int(re.search(r"Used (\d+) registers", info).group(1))
     smem = int(re.search(r"(\d+) bytes smem", info).group(1))
     spill = int(re.search(r"(\d+) bytes spill stores", info).group(1))
-    return regs, spill, smem
+    stack = int(re.search(r"(\d+) bytes stack frame", info).group(1))
+    return regs, spill, smem, stack
 
 
 def main():
@@ -68,15 +76,16 @@ def main():
         return 2
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for module, name, signature, threads, cap in KERNELS:
-            ptx, _ = cuda.compile_ptx(getattr(module, name).py_func, signature, cc=CC)
-            path = Path(tmp) / f"{name}.ptx"
+        for name, kernel, signature, threads, cap, registers_only in KERNELS:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+            path = Path(tmp) / "kernel.ptx"
             path.write_text(ptx)
-            regs, spill, smem = ptxas(path, cap)
-            fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024
+            regs, spill, smem, stack = ptxas(path, cap)
+            fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
+            fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
             ok &= fits
             print(f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
-                  f"{smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}")
+                  f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}")
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -1,0 +1,206 @@
+"""tf.c's dot-product loop nests as register-tiled matrix kernels.
+
+Six loops of tf.c are one shape of computation, out[i, j] = start + sum over s of A(i, s) * B(s, j):
+
+    kind                        tf.c                                     A(i, s)      B(s, j)      start
+    tf_fc                       tf_fc's `*out += *in * *weight`           in[i, s]     w[s, j]      bias[j]
+    tf_fc_back_din              tf_fc_back's `dot += dL_dout * weight`   dout[i, s]   w[j, s]      0
+    tf_fc_back_dweight          tf_fc_back's `*dL_dweight += ...`        in[s, i]     dout[s, j]   dw[i, j]
+    tf_unembedding              the unembedding's `dot += ...`           ln_f[i, s]   wte[j, s]    0
+    tf_unembedding_back_din     `*dL_din += *dL_dout * *weight`, scaled  dout[i, s]   wte[s, j]    0
+    tf_unembedding_back_dwte    `*dL_dweight += (dout * in) * r`         dout[s, i]   in[s, j]     dwte[i, j]
+
+The bits depend only on each output's own chain of roundings, so a kernel may compute outputs in
+any grouping as long as every output runs its whole sum alone, s ascending, from tf.c's start
+value. A block of (RT, CT) threads owns a (TM*RT, TN*CT) tile of outputs; each thread keeps TM x TN
+accumulators in registers and the block stages BK summation steps of A and B in shared memory at a
+time, so each value loaded from memory serves many outputs, and each shared-memory read several.
+Nothing is split along s. Statements that tf.c's fma build fuses are `mad` (see fp.py); the
+unembedding backward's wte gradient rounds its product first, as its C statement does.
+
+Kernels are built per kind, tile and fp model (closure constants, so the compiler drops the
+branches that do not apply and keeps the accumulators in registers).
+"""
+import functools
+from collections import namedtuple
+
+import numpy as np
+from numba import config, cuda
+
+from .fp import mad, mul
+
+f32 = np.float32
+ZERO = f32(0.0)
+
+# a_trans: A(i, s) is a[s, i]; b_by_output: B(s, j) is b[j, s]; start_out: the sums start from what
+# out holds (gradients accumulate), else from start[j]; scaled_product: (A * B) * scale is the term;
+# scaled_result: the finished sum is multiplied by scale.
+Kind = namedtuple("Kind", "a_trans b_by_output start_out scaled_product scaled_result")
+KINDS = {
+    "tf_fc": Kind(False, False, False, False, False),
+    "tf_fc_back_din": Kind(False, True, False, False, False),
+    "tf_fc_back_dweight": Kind(True, False, True, False, False),
+    "tf_unembedding": Kind(False, True, False, False, False),
+    "tf_unembedding_back_din": Kind(False, False, False, False, True),
+    "tf_unembedding_back_dwte": Kind(True, False, True, True, False),
+}
+
+# TM x TN outputs per thread, RT x CT threads per block, BK summation steps staged at a time (a
+# multiple of UNROLL, the steps whose shared-memory loads are issued together).
+UNROLL = 4
+Tile = namedtuple("Tile", "TM TN RT CT BK")
+if config.ENABLE_CUDASIM:  # a simulated thread is a Python thread, a barrier costs: few of each
+    WIDE = NARROW = THIN = LONG = Tile(4, 4, 2, 2, 32)
+else:  # chosen with tools/tf_matmul_sweep.py on an H200 (tf_numba/NOTES.md)
+    WIDE = Tile(4, 4, 16, 16, 16)
+    NARROW = Tile(2, 2, 16, 16, 16)
+    THIN = Tile(1, 1, 8, 32, 32)
+    LONG = Tile(1, 1, 16, 16, 32)
+
+
+def tile_for(name, n_rows, n_cols, sum_len):
+    """Where one side has 50,257 entries (the training unembedding, the wte gradient) outputs are
+    plenty: big tiles, each staged value used most. T rows by a few thousand columns leave too few
+    outputs to fill the GPU, and the longer the sums the thinner the tiles, so more threads run
+    sums side by side. Generation asks with the same shapes at every length (one row to unembed,
+    a bucket of rows otherwise), so its first, unrecorded pass compiles every kernel it needs."""
+    if n_rows > 8192 or (n_cols > 8192 and n_rows > 1):
+        return WIDE
+    if sum_len > 8192:
+        return LONG
+    if n_rows == 1 or sum_len >= n_cols:
+        return THIN
+    return NARROW
+
+
+@functools.cache
+def build(name, tile, fused):
+    """The kernel for KINDS[name] with this tile and fp model (compiled at its first launch)."""
+    a_trans, b_by_output, start_out, scaled_product, scaled_result = KINDS[name]
+    TM, TN, RT, CT, BK = tile
+    if BK % UNROLL:
+        raise ValueError(f"{tile}: BK must be a multiple of UNROLL ({UNROLL})")
+    BM, BN, NT = TM * RT, TN * CT, RT * CT
+    # One spare column, so the staging stores that run down a column hit distinct banks.
+    A_COLS, B_COLS = BM + 1, BN + 1
+    A_SIZE, B_SIZE = BK * A_COLS, BK * B_COLS
+    A_LOADS, B_LOADS = -(-BK * BM // NT), -(-BK * BN // NT)  # staged values per thread and chunk
+
+    @cuda.jit(device=True)
+    def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
+        """Chunk s0's values of A and B into registers, all loads in flight at once (zeros past
+        the edges: staged, never summed). Consecutive threads read consecutive addresses."""
+        for r in range(A_LOADS):
+            q = t + r * NT
+            if a_trans:
+                ss, ii = q // BM, q % BM
+                ok = q < BK * BM and s0 + ss < S and i0 + ii < i_end
+                ra[r] = a[s0 + ss, i0 + ii] if ok else ZERO
+            else:
+                ii, ss = q // BK, q % BK
+                ok = q < BK * BM and s0 + ss < S and i0 + ii < i_end
+                ra[r] = a[i0 + ii, s0 + ss] if ok else ZERO
+        for r in range(B_LOADS):
+            q = t + r * NT
+            if b_by_output:
+                jj, ss = q // BK, q % BK
+                ok = q < BK * BN and s0 + ss < S and j0 + jj < N
+                rb[r] = b[j0 + jj, s0 + ss] if ok else ZERO
+            else:
+                ss, jj = q // BN, q % BN
+                ok = q < BK * BN and s0 + ss < S and j0 + jj < N
+                rb[r] = b[s0 + ss, j0 + jj] if ok else ZERO
+
+    @cuda.jit(device=True)
+    def stage(sa, sb, t, ra, rb):
+        """The fetched registers into shared memory: sa[s * A_COLS + i], sb[s * B_COLS + j]."""
+        for r in range(A_LOADS):
+            q = t + r * NT
+            if q < BK * BM:
+                if a_trans:
+                    sa[(q // BM) * A_COLS + q % BM] = ra[r]
+                else:
+                    sa[(q % BK) * A_COLS + q // BK] = ra[r]
+        for r in range(B_LOADS):
+            q = t + r * NT
+            if q < BK * BN:
+                if b_by_output:
+                    sb[(q % BK) * B_COLS + q // BK] = rb[r]
+                else:
+                    sb[(q // BN) * B_COLS + q % BN] = rb[r]
+
+    @cuda.jit(device=True)
+    def step(sa, sb, ss, tx, ty, av, bv, acc, scale):
+        """Summation step ss of the staged chunk for the thread's TM x TN outputs."""
+        # Unsigned flat offsets: Numba adds no negative-index fix-up to them, and each load below is
+        # then one base address plus a constant.
+        a_row = np.uint64(ss * A_COLS + ty)
+        b_row = np.uint64(ss * B_COLS + tx)
+        for m in range(TM):
+            av[m] = sa[a_row + np.uint64(m * RT)]
+        for n in range(TN):
+            bv[n] = sb[b_row + np.uint64(n * CT)]
+        for m in range(TM):
+            for n in range(TN):
+                if scaled_product:
+                    acc[m, n] = mad(fused, mul(av[m], bv[n]), scale, acc[m, n])
+                else:
+                    acc[m, n] = mad(fused, av[m], bv[n], acc[m, n])
+
+    def kernel(a, b, start, out, rows, S, scale):
+        """out[i, j] for rows[0] <= i < rows[1] (device memory, so a recorded pass can move them)
+        and j < out.shape[1], each a sum over 0 <= s < S; see the module's table."""
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        t = ty * CT + tx
+        i0 = rows[0] + cuda.blockIdx.y * BM
+        i_end = rows[1]
+        j0 = cuda.blockIdx.x * BN
+        N = out.shape[1]
+        sa = cuda.shared.array(A_SIZE, np.float32)
+        sb = cuda.shared.array(B_SIZE, np.float32)
+        ra = cuda.local.array(A_LOADS, np.float32)
+        rb = cuda.local.array(B_LOADS, np.float32)
+        acc = cuda.local.array((TM, TN), np.float32)
+        av = cuda.local.array(TM, np.float32)
+        bv = cuda.local.array(TN, np.float32)
+        for m in range(TM):
+            i = i0 + ty + m * RT
+            for n in range(TN):
+                j = j0 + tx + n * CT
+                if start_out:
+                    acc[m, n] = out[i, j] if i < i_end and j < N else ZERO
+                else:
+                    acc[m, n] = start[j] if j < N else ZERO
+        fetch(a, b, 0, S, i0, i_end, j0, N, t, ra, rb)
+        for s0 in range(0, S, BK):
+            stage(sa, sb, t, ra, rb)
+            cuda.syncthreads()
+            if s0 + BK < S:  # the next chunk's loads fly while this one is summed
+                fetch(a, b, s0 + BK, S, i0, i_end, j0, N, t, ra, rb)
+            if s0 + BK <= S:  # a whole chunk: a constant trip count, UNROLL steps' loads in flight
+                for s4 in range(0, BK, UNROLL):
+                    for u in range(UNROLL):
+                        step(sa, sb, s4 + u, tx, ty, av, bv, acc, scale)
+            else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
+                for ss in range(S - s0):
+                    step(sa, sb, ss, tx, ty, av, bv, acc, scale)
+            cuda.syncthreads()
+        for m in range(TM):
+            i = i0 + ty + m * RT
+            for n in range(TN):
+                j = j0 + tx + n * CT
+                if i < i_end and j < N:
+                    out[i, j] = mul(acc[m, n], scale) if scaled_result else acc[m, n]
+
+    kernel.__name__ = kernel.__qualname__ = name  # the C loop's name in profiles
+    return cuda.jit(kernel)
+
+
+@cuda.jit
+def tf_fc_back_dbias(dL_dout, dL_dbias, T):
+    """tf_fc_back's `*dL_dbias += *dL_dout`, samples i ascending, one thread per bias."""
+    for u in range(cuda.grid(1), dL_dbias.shape[0], cuda.gridsize(1)):
+        acc = dL_dbias[u]
+        for i in range(T):
+            acc += dL_dout[i, u]
+        dL_dbias[u] = acc

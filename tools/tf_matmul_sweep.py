@@ -1,0 +1,104 @@
+"""Times tf_numba/matmul.py's kernels at GPT-2's shapes (T=64) under candidate tiles, on a GPU, and
+checks that every tile gives the same bits (a tile only groups outputs; each output's sum keeps
+its order, so any difference is a bug). This is how matmul.WIDE and matmul.NARROW were chosen.
+
+    python3 tools/tf_matmul_sweep.py [--fp-model fma|nofma] [--out FILE.json]
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from numba import cuda  # noqa: E402
+
+from tf_numba import matmul as M  # noqa: E402
+from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
+
+T, D, V = 64, 768, 50257
+# (kind, rows, cols, sum length, a's shape, b's shape, how many a GPT-2 step runs)
+SHAPES = []
+for n_in, n_out in ((D, 3 * D), (D, D), (D, 4 * D), (4 * D, D)):  # c_attn, attn.c_proj, c_fc, mlp.c_proj
+    SHAPES += [("tf_fc", T, n_out, n_in, (T, n_in), (n_in, n_out), 12),
+               ("tf_fc_back_din", T, n_in, n_out, (T, n_out), (n_in, n_out), 12),
+               ("tf_fc_back_dweight", n_in, n_out, T, (T, n_in), (T, n_out), 12)]
+SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
+           ("tf_unembedding", 1, V, D, (T, D), (V, D), 0),  # one generated token
+           ("tf_unembedding_back_din", T, D, V, (T, V), (V, D), 1),
+           ("tf_unembedding_back_dwte", V, D, T, (T, V), (T, D), 1)]
+CANDIDATES = {
+    "wide": M.WIDE, "narrow": M.NARROW, "thin": M.THIN, "long": M.LONG,
+    "1x1/8x32/64": M.Tile(1, 1, 8, 32, 64), "2x2/16x16/32": M.Tile(2, 2, 16, 16, 32),
+    "4x4/16x16/32": M.Tile(4, 4, 16, 16, 32), "8x4/8x16/16": M.Tile(8, 4, 8, 16, 16),
+    "4x8/16x8/16": M.Tile(4, 8, 16, 8, 16), "1x2/8x32/32": M.Tile(1, 2, 8, 32, 32),
+    "2x1/8x32/32": M.Tile(2, 1, 8, 32, 32), "4x4/8x16/16": M.Tile(4, 4, 8, 16, 16),
+}
+
+
+def time_kernel(kernel, grid, block, args, repeats=20):
+    """Mean time of `repeats` back-to-back launches, after as many unmeasured ones: the GPU idles
+    while the next candidate compiles, and its clocks need the warm launches to come back up."""
+    start, end = cuda.event(), cuda.event()
+    for _ in range(repeats):
+        kernel[grid, block](*args)
+    start.record()
+    for _ in range(repeats):
+        kernel[grid, block](*args)
+    end.record()
+    end.synchronize()
+    return cuda.event_elapsed_time(start, end) / repeats * 1e3
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
+    ap.add_argument("--out", help="write the table as JSON here")
+    args = ap.parse_args(argv)
+    fused = is_fused(args.fp_model)
+    rng = np.random.default_rng(0)
+    results, total_chosen, total_best = [], 0.0, 0.0
+    for kind, rows, cols, S, a_shape, b_shape, per_step in SHAPES:
+        a = cuda.to_device(rng.standard_normal(a_shape, dtype=np.float32))
+        b = cuda.to_device(rng.standard_normal(b_shape, dtype=np.float32))
+        start = cuda.to_device(rng.standard_normal(max(cols, 1), dtype=np.float32))
+        first = rows - 1 if rows == 1 else 0
+        row_range = cuda.to_device(np.array([first, first + rows], dtype=np.int64))
+        init = rng.standard_normal((max(rows, T), cols), dtype=np.float32)
+        times, bits = {}, None
+        chosen = M.tile_for(kind, rows, cols, S)
+        for label, tile in CANDIDATES.items():
+            out = cuda.to_device(init)
+            grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
+            kernel = M.build(kind, tile, fused)
+            us = time_kernel(kernel, grid, (tile.CT, tile.RT), (a, b, start, out, row_range, S, np.float32(0.5)))
+            out.copy_to_device(init)  # the accumulating kinds add to out: one clean run for the bits
+            kernel[grid, (tile.CT, tile.RT)](a, b, start, out, row_range, S, np.float32(0.5))
+            got = out.copy_to_host()
+            if bits is None:
+                bits = got
+            elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):
+                raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: tile {label} gives other bits")
+            times[label] = round(us, 1)
+        best = min(times, key=times.get)
+        chosen_label = next(k for k, v in CANDIDATES.items() if v == chosen)
+        total_chosen += per_step * times[chosen_label]
+        total_best += per_step * times[best]
+        flop = 2.0 * rows * cols * S
+        results.append({"kind": kind, "rows": rows, "cols": cols, "sum": S, "per_step": per_step, "us": times,
+                        "chosen": chosen_label, "best": best, "best_tflops": round(flop / times[best] / 1e6, 2)})
+        print(f"{kind:26} {rows:5}x{cols:5}x{S:5}  chosen {chosen_label} {times[chosen_label]:8.1f} us  "
+              f"best {best} {times[best]:8.1f} us  ({results[-1]['best_tflops']} TFLOP/s)  "
+              + " ".join(f"{k}={v}" for k, v in times.items()), flush=True)
+    print(f"one training step's matrix kernels: {total_chosen / 1e3:.2f} ms as chosen, "
+          f"{total_best / 1e3:.2f} ms with the best tile per shape")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"fp_model": args.fp_model, "shapes": results,
+                                              "step_ms_chosen": total_chosen / 1e3,
+                                              "step_ms_best": total_best / 1e3}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
