@@ -14,11 +14,11 @@ from collections import defaultdict
 
 
 def short_name(name):
-    """The kernel's own name out of Numba's qualified one (demangled `pkg::module::kernel[abi..](..)`
-    or mangled `_ZN3pkg6module6kernel...`)."""
-    if "::" in name:
+    """The kernel's own name out of Numba's: demangled `pkg::module::kernel[abi..](..)` or
+    `kernel[v10,cw..](..)`, or mangled `_ZN3pkg6module6kernel...`."""
+    if not name.startswith("_ZN"):
         return re.split(r"[\[(<]", name)[0].split("::")[-1]
-    parts, rest = [], name[3:] if name.startswith("_ZN") else ""
+    parts, rest = [], name[3:]
     while (m := re.match(r"(\d+)", rest)):
         n = int(m.group(1))
         parts.append(rest[len(m.group(1)):len(m.group(1)) + n])
@@ -27,8 +27,11 @@ def short_name(name):
 
 
 def read(path):
-    with open(path, newline="") as f:
-        lines = [line for line in f if line.startswith('"')]  # ncu's own log lines come first
+    try:
+        with open(path, newline="") as f:
+            lines = [line for line in f if line.startswith('"')]  # ncu's own log lines come first
+    except OSError as exc:
+        raise SystemExit(f"ncu_summary: cannot read {path} ({exc.strerror}); give ncu's --log-file")
     rows = list(csv.DictReader(lines))
     if not rows or "Metric Value" not in rows[0]:
         raise SystemExit(f"ncu_summary: {path} holds no ncu CSV metric rows; run ncu with --csv --log-file")
