@@ -15,7 +15,7 @@ class TFModel:
     """tf.c's `main` allocations: parameters (filled from the weights), activations,
     gradients and activations_back (allocated once, sized for d_seq tokens), and the tokens
     (tf.c's `data` buffer, where generation appends). Besides: zeros (the start of dot
-    products that tf.c begins at 0), row ranges for tf_matmul, and `last_rows`, the range of the
+    products that tf.c begins at 0), row ranges for the matrix kernels (matmul.py), and `last_rows`, the range of the
     row that generation unembeds, which its argmax kernel advances on the device."""
 
     def __init__(self, cfg: Config, tensors, fp_model: str):
@@ -37,7 +37,7 @@ class TFModel:
         self._rows = {}
 
     def rows(self, end):
-        """A device range [0, end) for tf_matmul (kept: recorded graphs point at it)."""
+        """A device range [0, end) of rows for the matrix kernels (kept: recorded graphs point at it)."""
         if end not in self._rows:
             self._rows[end] = cuda.to_device(np.array([0, end], dtype=np.int64))
         return self._rows[end]

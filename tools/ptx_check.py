@@ -3,10 +3,12 @@ no GPU, and checks with ptxas that each one can launch at its block size.
 
 The simulator runs kernels as Python and never types them, so a kernel it runs can still fail to
 compile for the GPU, or compile to more registers than its block can hold (the launch then fails
-with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as tf_matmul once did on the H200). For each kernel this
-types and compiles it with NVVM under the options it is built with, then asks ptxas for its
-registers (registers x threads <= 65,536), spills and static shared memory. Numba looks for a
-device, NVRTC and libdevice through the driver; without a driver those lookups are answered here.
+with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, as an earlier tf matrix kernel did on the H200). For
+each kernel this types and compiles it with NVVM under the options it is built with, then asks
+ptxas for its registers (registers x threads <= 65,536), spills, stack and static shared memory.
+tf's matrix kernels are checked under every tile GPT-2's shapes pick, and must keep their
+accumulators in registers (no stack). Numba looks for a device, NVRTC and libdevice through the
+driver; without a driver those lookups are answered here.
 
     CUDA_HOME=/usr/local/cuda python tools/ptx_check.py      (not under NUMBA_ENABLE_CUDASIM)
 """
@@ -29,6 +31,7 @@ from numba import config, cuda, types  # noqa: E402
 from microgpt_numba import fast  # noqa: E402
 from tf_numba import kernels as tf_kernels  # noqa: E402
 from tf_numba import matmul as tf_matmul  # noqa: E402
+from tf_matmul_sweep import SHAPES  # noqa: E402
 
 CC = (9, 0)
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
@@ -50,11 +53,9 @@ KERNELS = [
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
 ] + [
-    (f"{name} {tile_name} {'fma' if fused else 'nofma'}", tf_matmul.build(name, tile, fused),
-     (F2, F2, F1, F2, L1, I64, F32), tile.RT * tile.CT, None, True)
-    for name in tf_matmul.KINDS
-    for tile_name, tile in (("wide", tf_matmul.WIDE), ("narrow", tf_matmul.NARROW), ("thin", tf_matmul.THIN),
-                            ("long", tf_matmul.LONG))
+    (f"{name} {tile} {'fma' if fused else 'nofma'}", tf_matmul.build(name, tile, fused), (F2, F2, F1, F2, L1, I64, F32),
+     tile.RT * tile.CT, None, True)
+    for name, tile in sorted({(kind, tf_matmul.tile_for(kind, rows, cols, S)) for kind, rows, cols, S, *_ in SHAPES})
     for fused in (True, False)
 ]
 
