@@ -49,8 +49,8 @@ KINDS = {
 # multiple of UNROLL, the steps whose shared-memory loads are issued together).
 UNROLL = 4
 Tile = namedtuple("Tile", "TM TN RT CT BK")
-if config.ENABLE_CUDASIM:  # a simulated thread is a Python thread, a barrier costs: few of each
-    WIDE = NARROW = THIN = LONG = Tile(4, 4, 2, 2, 32)
+if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
+    WIDE = NARROW = THIN = LONG = Tile(16, 16, 1, 1, 32)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (tf_numba/NOTES.md)
     WIDE = Tile(4, 4, 16, 16, 16)
     NARROW = Tile(2, 2, 16, 16, 16)
