@@ -1,6 +1,6 @@
 """Times tf_numba/matmul.py's kernels at GPT-2's shapes (T=64) under candidate tiles, on a GPU, and
 checks that every tile gives the same bits (a tile only groups outputs; each output's sum keeps
-its order, so any difference is a bug). This is how matmul.WIDE and matmul.NARROW were chosen.
+its order, so any difference is a bug). This is how the tiles in matmul.py were chosen.
 
     python3 tools/tf_matmul_sweep.py [--fp-model fma|nofma] [--out FILE.json]
 """
