@@ -1,5 +1,10 @@
 """tf_process's training half: loss, unembedding backward, the blocks in reverse, embedding
-backward. Gradients accumulate into the gradients arena, which the caller zeroes first."""
+backward. Gradients accumulate into the gradients arena, zeroed first by zero_gradients.
+
+The chain of input gradients is the critical path. Parameter gradients feed nothing later in the
+pass, so in a recorded pass they run on branches beside it (launch.beside). tf.c reuses one
+activations_back for every layer, so each branch is joined before the chain overwrites the
+gradient it reads, at the latest one layer further down."""
 import numpy as np
 
 from . import kernels as K
@@ -8,12 +13,20 @@ from . import matmul as M
 from .probe import NO_PROBE
 
 
-def fc_back(m, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
-    """tf_fc_back: three independent sets of sums (tf.c interleaves them; none reads another)."""
+def zero_gradients(m):
+    """The gradients arena to zero, beside the forward pass, which does not touch it."""
+    with launch.beside("gradients"):
+        launch.elementwise(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
+
+
+def fc_back(m, name, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
+    """tf_fc_back: three independent sets of sums (tf.c interleaves them; none reads another).
+    The weight and bias gradients go on the branch `name`, which reads dL_dout."""
     K_in = dL_dweight.shape[0]
     launch.matmul("tf_fc_back_din", dL_dout, weight, m.zeros, dL_din, m.rows(T), T, m.fused)
-    launch.matmul("tf_fc_back_dweight", inp, dL_dout, m.zeros, dL_dweight, m.rows(K_in), K_in, m.fused, S=T)
-    launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
+    with launch.beside(name):
+        launch.matmul("tf_fc_back_dweight", inp, dL_dout, m.zeros, dL_dweight, m.rows(K_in), K_in, m.fused, S=T)
+        launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
 
 
 def backward(m, T, probe=NO_PROBE):
@@ -22,6 +35,7 @@ def backward(m, T, probe=NO_PROBE):
     D, H, V, d_k, L = cfg.d_model, cfg.n_heads, cfg.d_vocab, cfg.d_k, cfg.n_layers
     last = f"h{L - 1}"
     probe.start()
+    launch.join("gradients")
 
     # dL/dlogits = p - onehot: a copy of the probabilities, then the loss kernel edits it.
     launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out[:T].reshape(-1), a.unembedding.out[:T].reshape(-1))
@@ -32,8 +46,9 @@ def backward(m, T, probe=NO_PROBE):
     r_input_size = np.float32(1.0) / np.float32(T)
     launch.matmul("tf_unembedding_back_din", b.unembedding.out, p.wte.weight, m.zeros, b.ln_f.out, m.rows(T), T,
                   fused, scale=r_input_size)
-    launch.matmul("tf_unembedding_back_dwte", b.unembedding.out, a.ln_f.out, m.zeros, g.wte.weight, m.rows(V), V,
-                  fused, S=T, scale=r_input_size)
+    with launch.beside("wte"):  # joined before the embedding backward adds to it
+        launch.matmul("tf_unembedding_back_dwte", b.unembedding.out, a.ln_f.out, m.zeros, g.wte.weight, m.rows(V), V,
+                      fused, S=T, scale=r_input_size)
     probe.time("unembedding")
     probe.sum("backward.unembedding.wte", g.wte.weight, V * D)
     probe.sum("backward.ln_f.out", b.ln_f.out, T * D)
@@ -50,7 +65,7 @@ def backward(m, T, probe=NO_PROBE):
         top = layer_i == L - 1
         layer_in = a.embedding.out if layer_i == 0 else a.h[layer_i - 1].res_2.out
 
-        fc_back(m, w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight, gw.mlp.c_proj.bias,
+        fc_back(m, "mlp.c_proj", w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight, gw.mlp.c_proj.bias,
                 b.mlp.gelu.out, T)
         probe.time("mlp.c_proj")
         if top:
@@ -58,12 +73,13 @@ def backward(m, T, probe=NO_PROBE):
             probe.sum(f"backward.{last}.mlp.c_proj.bias", gw.mlp.c_proj.bias, D)
             probe.sum(f"backward.{last}.mlp.gelu.out", b.mlp.gelu.out, T * 4 * D)
 
+        launch.join("mlp.c_fc")  # the layer above's c_fc weight gradient reads b.mlp.c_fc.out
         launch.elementwise(K.tf_gelu_back, T * 4 * D, x.mlp.c_fc.out, b.mlp.gelu.out, b.mlp.c_fc.out, T, fused)
         probe.time("mlp.gelu")
         if top:
             probe.sum(f"backward.{last}.mlp.c_fc.out", b.mlp.c_fc.out, T * 4 * D)
 
-        fc_back(m, w.mlp.c_fc.weight, x.ln_2.out, b.mlp.c_fc.out, gw.mlp.c_fc.weight, gw.mlp.c_fc.bias,
+        fc_back(m, "mlp.c_fc", w.mlp.c_fc.weight, x.ln_2.out, b.mlp.c_fc.out, gw.mlp.c_fc.weight, gw.mlp.c_fc.bias,
                 b.ln_2.out, T)
         probe.time("mlp.c_fc")
         if top:
@@ -79,12 +95,13 @@ def backward(m, T, probe=NO_PROBE):
             probe.sum(f"backward.{last}.ln_2.bias", gw.ln_2.bias, D)
             probe.sum(f"backward.{last}.res_2.in_2", b.res_2.in_2, T * D)
 
+        launch.join("attn.c_proj")  # the layer above's reads b.res_1.out
         launch.elementwise(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, T)
         probe.time("res_2")
         if top:
             probe.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
 
-        fc_back(m, w.attn.c_proj.weight, x.attn.z.out, b.res_1.out, gw.attn.c_proj.weight, gw.attn.c_proj.bias,
+        fc_back(m, "attn.c_proj", w.attn.c_proj.weight, x.attn.z.out, b.res_1.out, gw.attn.c_proj.weight, gw.attn.c_proj.bias,
                 b.attn.z.out, T)
         probe.time("attn.c_proj")
         if top:
@@ -92,6 +109,7 @@ def backward(m, T, probe=NO_PROBE):
             probe.sum(f"backward.{last}.attn.c_proj.bias", gw.attn.c_proj.bias, D)
             probe.sum(f"backward.{last}.attn.z", b.attn.z.out, T * D)
 
+        launch.join("attn.c_attn")  # the layer above's reads b.attn.c_attn.out
         launch.elementwise(K.tf_attn_back_dot, H * T * T, b.attn.z.out, x.attn.c_attn.out, b.attn.softmax.out,
                            T, d_k, fused)
         launch.blocks(K.tf_attn_back_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, b.attn.softmax.out, T, fused)
@@ -101,7 +119,7 @@ def backward(m, T, probe=NO_PROBE):
         if top:
             probe.sum(f"backward.{last}.attn.c_attn.out", b.attn.c_attn.out, T * 3 * D)
 
-        fc_back(m, w.attn.c_attn.weight, x.ln_1.out, b.attn.c_attn.out, gw.attn.c_attn.weight,
+        fc_back(m, "attn.c_attn", w.attn.c_attn.weight, x.ln_1.out, b.attn.c_attn.out, gw.attn.c_attn.weight,
                 gw.attn.c_attn.bias, b.ln_1.out, T)
         probe.time("attn.c_attn")
         if top:
@@ -118,11 +136,13 @@ def backward(m, T, probe=NO_PROBE):
             probe.sum(f"backward.{last}.res_1.in_2", b.res_1.in_2, T * D)
 
         below = b.embedding.out if layer_i == 0 else b.res_2.out
+        launch.join("mlp.c_proj")  # this layer's reads b.res_2.out
         launch.elementwise(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, T)
         probe.time("res_1")
         if top:  # tf.c sums res_2.out here, also when (one layer) the add wrote the embedding's
             probe.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)
 
+    launch.join("wte")
     launch.elementwise(K.tf_embedding_back, D, b.embedding.out, m.tokens, g.wte.weight, g.wpe.weight, T)
     probe.time("embedding")
     probe.sum("backward.wte", g.wte.weight, V * D)

@@ -11,9 +11,7 @@ import time
 import numpy as np
 from numba import cuda
 
-from . import kernels as K
-from . import launch
-from .backward import backward
+from .backward import backward, zero_gradients
 from .checkpoints import c_hex
 from .forward import forward
 from .generate import GENERATE, generate
@@ -58,6 +56,11 @@ def persistent_sums(m, T):
     return {label: sequential_sum(arr.reshape(-1)[:n].copy_to_host()) for label, (arr, n) in arrays.items()}
 
 
+def arena_bits(m):
+    """The gradients and activations_back arenas as raw bits (NaN-safe to compare)."""
+    return [arena.raw.copy_to_host().view(np.uint32) for arena in (m.gradients, m.activations_back)]
+
+
 def timed_replays(recorded, repeats):
     recorded()  # warm
     cuda.synchronize()
@@ -77,7 +80,7 @@ def time_tf(m, data, fixture, repeats=20):
     validated = sum(got == want[label] for label, _, got in probe.sums)
 
     def step():
-        launch.elementwise(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
+        zero_gradients(m)
         forward(m, T, last_only=False)
         backward(m, T)
 
@@ -99,6 +102,12 @@ def time_tf(m, data, fixture, repeats=20):
         fwd = timed_replays(Recorded(lambda: forward(m, T, last_only=False)), repeats)
         fwd_bwd = timed_replays(Recorded(step), repeats)
         after = persistent_sums(m, T)
+        # Every gradient, not only the checkpoints: the recorded step (parameter gradients on
+        # branches) against the same step launched in program order, which validation checked.
+        replayed = arena_bits(m)
+        step()
+        cuda.synchronize()
+        result["graph_arenas_equal_eager"] = all(np.array_equal(x, y) for x, y in zip(replayed, arena_bits(m)))
         graph_bits = {label: c_hex(s) == c_hex(want[label]) for label, s in after.items()}
         result.update({
             "after_graph_replays_match": f"{sum(graph_bits.values())}/{len(graph_bits)}",

@@ -5,7 +5,7 @@ tokens, and the rows of the generation step). The simulator has no graphs: there
 the pass again."""
 from numba import config, cuda
 
-from .launch import Target
+from .launch import Target, join_all
 
 
 class Recorded:
@@ -25,6 +25,7 @@ class Recorded:
         try:
             record()
         finally:  # end the capture even when recording failed, or every later CUDA call fails
+            join_all()  # a capture ends only once its branches have joined its stream
             Target.stream = 0
             built = builder.end_building()
         self.graph = built.complete()

@@ -45,31 +45,37 @@ KINDS = {
     "tf_unembedding_back_dwte": Kind(True, False, True, True, False),
 }
 
-# TM x TN outputs per thread, RT x CT threads per block, BK summation steps staged at a time (a
-# multiple of UNROLL, the steps whose shared-memory loads are issued together).
-UNROLL = 4
+# TM x TN outputs per thread, RT x CT threads per block, BK summation steps staged at a time.
 Tile = namedtuple("Tile", "TM TN RT CT BK")
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = NARROW = THIN = LONG = Tile(16, 16, 1, 1, 32)
+    WIDE = NARROW = LONG = ROW = Tile(16, 16, 1, 1, 32)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (tf_numba/NOTES.md)
     WIDE = Tile(4, 4, 16, 16, 16)
     NARROW = Tile(2, 2, 16, 16, 16)
-    THIN = Tile(1, 1, 8, 32, 32)
     LONG = Tile(1, 1, 16, 16, 32)
+    ROW = Tile(1, 1, 4, 32, 32)
 
 
-def tile_for(name, n_rows, n_cols, sum_len):
-    """Where one side has 50,257 entries (the training unembedding, the wte gradient) outputs are
-    plenty: big tiles, each staged value used most. T rows by a few thousand columns leave too few
-    outputs to fill the GPU, and the longer the sums the thinner the tiles, so more threads run
-    sums side by side. Generation asks with the same shapes at every length (one row to unembed,
-    a bucket of rows otherwise), so its first, unrecorded pass compiles every kernel it needs."""
-    if n_rows > 8192 or (n_cols > 8192 and n_rows > 1):
+def tile_for(name, n_rows, n_cols, sum_len, fused):
+    """The tile the sweep timed fastest for GPT-2's shapes, by their kind:
+    - one row (a generated token's unembedding): blocks of 4 x 32 threads, one output each;
+    - 50,257 rows or columns (the training unembedding, the wte gradient): big tiles, each staged
+      value used most;
+    - the weight gradients (a sum over the T samples): big tiles once there are over a million
+      outputs;
+    - T rows by a few thousand columns: one output per thread, more threads side by side, where
+      the sums are as long as the rows of outputs or longer, and always without fma (each step
+      is then two instructions); 2 x 2 outputs per thread otherwise.
+    Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
+    otherwise), so its first, unrecorded pass compiles every kernel it needs."""
+    if n_rows == 1:
+        return ROW
+    if n_rows > 8192 or n_cols > 8192:
         return WIDE
-    if sum_len > 8192:
+    if name == "tf_fc_back_dweight":
+        return WIDE if n_rows * n_cols > 1 << 20 else NARROW
+    if sum_len >= n_cols or not fused:
         return LONG
-    if n_rows == 1 or sum_len >= n_cols:
-        return THIN
     return NARROW
 
 
@@ -78,8 +84,6 @@ def build(name, tile, fused):
     """The kernel for KINDS[name] with this tile and fp model (compiled at its first launch)."""
     a_trans, b_by_output, start_out, scaled_product, scaled_result = KINDS[name]
     TM, TN, RT, CT, BK = tile
-    if BK % UNROLL:
-        raise ValueError(f"{tile}: BK must be a multiple of UNROLL ({UNROLL})")
     BM, BN, NT = TM * RT, TN * CT, RT * CT
     # One spare column, so the staging stores that run down a column hit distinct banks.
     A_COLS, B_COLS = BM + 1, BN + 1
@@ -177,10 +181,9 @@ def build(name, tile, fused):
             cuda.syncthreads()
             if s0 + BK < S:  # the next chunk's loads fly while this one is summed
                 fetch(a, b, s0 + BK, S, i0, i_end, j0, N, t, ra, rb)
-            if s0 + BK <= S:  # a whole chunk: a constant trip count, UNROLL steps' loads in flight
-                for s4 in range(0, BK, UNROLL):
-                    for u in range(UNROLL):
-                        step(sa, sb, s4 + u, tx, ty, av, bv, acc, scale)
+            if s0 + BK <= S:  # a whole chunk: a constant trip count, unrolled, so every load is base + constant
+                for ss in range(BK):
+                    step(sa, sb, ss, tx, ty, av, bv, acc, scale)
             else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
                 for ss in range(S - s0):
                     step(sa, sb, ss, tx, ty, av, bv, acc, scale)

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import kernels as K
 from .assets import AssetError
-from .backward import backward
+from .backward import backward, zero_gradients
 from .checkpoints import GPT2, INPUT_SIZE, TF_C_SUMS, Config, c_hex, checkpoints
 from .forward import forward
 from . import launch
@@ -53,7 +53,7 @@ def run_step(m, tokens, T):
     if len(tokens) < T + 1:
         raise AssetError(f"--validate needs {T + 1} tokens of data, assets/data has {len(tokens)}: use a longer text")
     m.set_tokens(tokens[: T + 1])
-    launch.elementwise(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
+    zero_gradients(m)
     launch.elementwise(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
     launch.elementwise(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)
     probe = Probe()

@@ -10,7 +10,9 @@ Training time is wall(N steps, 20 samples) - wall(1 step, no samples), each the 
 --repeat runs, for both programs: start-up, data loading and (for us) kernel loading cancel out,
 sampling stays in. The marginal rate between two --steps values, (wall(N2) - wall(N1)) / (N2 - N1),
 is the cost of one training step alone. A first run of ours (cold kernel cache, timed as
-cold_start_s) warms the cache before ours are timed.
+cold_start_s) warms the cache before ours are timed. The fast engine trains in one kernel, so
+where ncu is on PATH its training is also timed directly (kernel_train_s: the kernel's GPU time
+under `ncu --clock-control none`), against microgpt.cu's train_s and its marginal rate x steps.
 
 tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
 124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,8 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 from microgpt_numba.logcompare import compare_runs  # noqa: E402
+from ncu_summary import read as read_ncu  # noqa: E402
 
 
 RUN_TIMEOUT_S = 300
@@ -89,6 +94,16 @@ def bench_microgpt(args, out_dir, save):
     return result
 
 
+def kernel_seconds(cmd, kernel, out_dir, name, env):
+    """The GPU time of every launch of `kernel` in one run of cmd, timed by ncu (None without ncu)."""
+    if shutil.which("ncu") is None:
+        return None
+    log = out_dir / f"{name}.csv"
+    timed(["ncu", "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base",
+           "-k", f"regex:{kernel}", "--log-file", str(log), *cmd], out_dir, name, env=env)
+    return sum(ns for k, ns in read_ncu(log) if k == kernel) / 1e9
+
+
 def median_wall(cmd, repeat, out_dir, name, env):
     """The median wall time of `repeat` runs (start-up varies by a few tenths of a second from run
     to run), and the last run's output (the runs are deterministic)."""
@@ -120,6 +135,16 @@ def time_program(result, prog, cmd, args, out_dir, shared, names, env):
         if prev is not None:
             r["marginal_ms_per_step"] = round(1e3 * (wall - prev[1]) / (steps - prev[0]), 4)
         prev = steps, wall
+        if prog in ("numba-fast", "numba-default"):
+            k = kernel_seconds(cmd + ["--input", str(names), "--steps", str(steps), "--samples", "0"], "train_kernel",
+                               out_dir, f"{tag}_{steps}_ncu", env)
+            if k is not None:
+                c = result["runs"]["microgpt.cu"]
+                r["kernel_train_s"] = round(k, 4)
+                r["kernel_train_ratio_vs_c_train"] = round(k / c[str(steps)]["train_s"], 4)
+                if "marginal_ms_per_step" in c.get(str(max(args.steps)), {}):
+                    c_steps = c[str(max(args.steps))]["marginal_ms_per_step"] * 1e-3 * steps
+                    r["kernel_train_ratio_vs_c_marginal"] = round(k / c_steps, 4)
         if prog != "microgpt.cu":
             r["vs_microgpt_cu"] = compare_runs(stdout, (out_dir / f"microgpt_cu_{steps}.log").read_bytes())
             c = result["runs"]["microgpt.cu"][str(steps)]
@@ -146,6 +171,12 @@ def microgpt_markdown(result):
                          f"{r.get('marginal_ratio_vs_c', '')} | {r.get('wall_ratio_vs_c', '')} | "
                          f"{cmp.get('losses_equal', '')}/{cmp.get('steps', '')} | {cmp.get('max_loss_diff', '')} | "
                          f"{cmp.get('samples_identical', '')} |")
+    for prog, runs in result["runs"].items():
+        for steps, r in runs.items():
+            if steps.isdigit() and "kernel_train_s" in r:
+                lines.append(f"\n{prog}, {steps} steps: training kernel {r['kernel_train_s']} s (ncu), "
+                             f"{r['kernel_train_ratio_vs_c_train']} of microgpt.cu's train s, "
+                             f"{r.get('kernel_train_ratio_vs_c_marginal', '')} of its marginal rate x steps")
     return "\n".join(lines)
 
 

@@ -52,11 +52,14 @@ KERNELS = [
     ("generate_kernel", fast.generate_kernel, (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
+    ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, I64, B), tf_kernels.LN_THREADS, None, False),
+    ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B), tf_kernels.LN_BACK_THREADS, None,
+     False),
 ] + [
     (f"{name} {tile} {'fma' if fused else 'nofma'}", tf_matmul.build(name, tile, fused), (F2, F2, F1, F2, L1, I64, F32),
      tile.RT * tile.CT, None, True)
-    for name, tile in sorted({(kind, tf_matmul.tile_for(kind, rows, cols, S)) for kind, rows, cols, S, *_ in SHAPES})
-    for fused in (True, False)
+    for name, tile, fused in sorted({(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
+                                     for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)})
 ]
 
 

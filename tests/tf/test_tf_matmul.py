@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the C loops i
 
 ROWS, FIRST, END = 6, 1, 5  # out has ROWS rows; the kernel computes rows FIRST..END-1
 COLS, S = 7, 5
-SMALL = M.Tile(1, 2, 2, 2, M.UNROLL)  # several blocks and staging rounds, each with a ragged edge
+SMALL = M.Tile(1, 2, 2, 2, 4)  # several blocks and staging rounds, each with a ragged edge
 
 
 def reference(kind, a, b, start, out, scale, fused):
@@ -44,7 +44,7 @@ def test_kernel_matches_the_c_loop(kind, fused, small_tile, monkeypatch):
     out = rng.standard_normal((ROWS, COLS), dtype=np.float32)
     scale = np.float32(1 / 3)
     if small_tile:
-        monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len: SMALL)
+        monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: SMALL)
     d_out = cuda.to_device(out)
     launch.matmul(kind, cuda.to_device(a), cuda.to_device(b), cuda.to_device(start), d_out,
                   cuda.to_device(np.array([FIRST, END], dtype=np.int64)), END - FIRST, fused, S=S, scale=scale)
