@@ -2,7 +2,11 @@
 few hundred, each of which costs Numba tens of microseconds on the host (REFERENCE.md). A graph
 freezes its kernels' arguments, so what changes between replays lives in device memory (the
 tokens, and the rows of the generation step). The simulator has no graphs: there a replay runs
-the pass again."""
+the pass again.
+
+The pass's own stream has the highest priority and its branches (launch.beside) the lowest; a
+graph keeps each kernel's priority from the stream it was recorded on, so when both are ready the
+GPU starts the blocks of the critical path first and the branches fill what is left."""
 from numba import config, cuda
 
 from .launch import Target, join_all
@@ -13,11 +17,14 @@ class Recorded:
         self.record = record
         if config.ENABLE_CUDASIM:
             return
-        from cuda.core import Device
+        from cuda.bindings import driver
+        from cuda.core import Device, StreamOptions
+        from cuda.core.graph import GraphCompleteOptions
 
         device = Device()
         device.set_current()
-        self.stream = device.create_stream()
+        _, _, highest = driver.cuCtxGetStreamPriorityRange()
+        self.stream = device.create_stream(options=StreamOptions(priority=highest))
         builder = self.stream.create_graph_builder()
         cuda.synchronize()
         builder.begin_building()
@@ -28,7 +35,7 @@ class Recorded:
             join_all()  # a capture ends only once its branches have joined its stream
             Target.stream = 0
             built = builder.end_building()
-        self.graph = built.complete()
+        self.graph = built.complete(GraphCompleteOptions(use_node_priority=True))
 
     def launch(self):
         """Queue a replay of the pass."""
