@@ -1,11 +1,14 @@
 """Timing the port on a GPU (tools/bench.py's tf entry): forward, forward + backward at T=64
 and 128 generated tokens, beside PyTorch eager fp32 GPT-2 on the same GPU, with the bits
-checked against the oracle fixture.
+checked against the oracle fixture, and the speed-up over tf.c's own timers where the fixture
+recorded them (tools/tf_oracle.py, on the CPU that made it).
 
-The training step is recorded as CUDA graphs and replayed (graph.py); each timing is the mean
-of `repeats` replays between device synchronisations, after one warm replay. The eager numbers
+The training step is recorded as CUDA graphs and replayed (graph.py); each timing is the median
+of five means of `repeats` replays between device synchronisations, after one warm replay. The eager numbers
 (kernels launched one by one from Python, no per-stage synchronisation) show what the graphs
 save."""
+import json
+import statistics
 import time
 
 import numpy as np
@@ -14,7 +17,7 @@ from numba import cuda
 from .backward import backward, zero_gradients
 from .checkpoints import c_hex
 from .forward import forward
-from .generate import GENERATE, generate
+from .generate import GENERATE, generate, prompt_size
 from .graph import Recorded
 from .probe import sequential_sum
 from .validate import fixture_expected, run_step
@@ -61,14 +64,19 @@ def arena_bits(m):
     return [arena.raw.copy_to_host().view(np.uint32) for arena in (m.gradients, m.activations_back)]
 
 
-def timed_replays(recorded, repeats):
-    recorded()  # warm
+def timed_replays(recorded, repeats, batches=5):
+    """The median over `batches` of the mean time of `repeats` replays queued back to back, after
+    a warm replay."""
+    recorded()
     cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(repeats):
-        recorded.launch()
-    recorded.sync()
-    return (time.perf_counter() - t) / repeats
+    means = []
+    for _ in range(batches):
+        t = time.perf_counter()
+        for _ in range(repeats):
+            recorded.launch()
+        recorded.sync()
+        means.append((time.perf_counter() - t) / repeats)
+    return statistics.median(means)
 
 
 def time_tf(m, data, fixture, repeats=20):
@@ -118,7 +126,13 @@ def time_tf(m, data, fixture, repeats=20):
             "fraction_of_fp32_peak_forward": round(f / fwd / H200_FP32_PEAK, 4),
             "fraction_of_fp32_peak_forward_backward": round(3 * f / fwd_bwd / H200_FP32_PEAK, 4),
         })
-        prompt = [int(t) for t in data[:64]]
+        with open(fixture) as fh:
+            tf_c = json.load(fh).get("tf_c_seconds")
+        if tf_c:  # tf.c on the CPU where the fixture was made (tools/tf_oracle.py)
+            result["tf_c_seconds"] = tf_c
+            result["speedup_vs_tf_c_forward"] = round(tf_c["forward"] / fwd)
+            result["speedup_vs_tf_c_forward_backward"] = round((tf_c["forward"] + tf_c["backward"]) / fwd_bwd)
+        prompt = [int(t) for t in data[:prompt_size(len(data), m.cfg.d_seq, GENERATE)]]
         generate(m, prompt, 2)  # compiles generation's own kernels (one-row unembedding, argmax)
         t = time.perf_counter()
         tokens = generate(m, prompt, GENERATE)

@@ -16,7 +16,8 @@ under `ncu --clock-control none`), against microgpt.cu's train_s and its margina
 
 tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
 124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
-fixtures, beside PyTorch eager fp32 GPT-2 (see tf_numba/benchmark.py).
+fixtures, beside PyTorch eager fp32 GPT-2 in the same call, with speed-ups over PyTorch and over
+tf.c's own timers as the oracle fixtures recorded them on a CPU (see tf_numba/benchmark.py).
 """
 import argparse
 import json
@@ -203,24 +204,40 @@ def bench_tf(args, out_dir, save):
         result["runs"][fp_model] = time_tf(TFModel(cfg, tensors, fp_model), data, fixture)
         save(result)
     try:
-        result["pytorch_eager_fp32"] = time_torch()
+        torch = result["pytorch_eager_fp32"] = time_torch()
     except Exception as exc:  # torch or transformers missing: keep our numbers
         result["pytorch_eager_fp32"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return result
+    for r in result["runs"].values():
+        for ours, theirs in (("forward_ms", "forward_ms"), ("forward_backward_ms", "forward_backward_ms")):
+            if ours in r:
+                r[f"speedup_vs_pytorch_{ours[:-3]}"] = round(torch[theirs] / r[ours], 2)
     return result
 
 
 def tf_markdown(result):
     torch = result.get("pytorch_eager_fp32", {})
     lines = [f"{result['config']}", "",
-             "| fp model | checkpoints (validate) | after graph replays | forward ms | fwd+bwd ms | forward eager ms | "
-             "128 tokens s | forward TFLOP/s | fwd+bwd TFLOP/s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| fp model | checkpoints (validate) | after graph replays | graph = eager arenas | forward ms | "
+             "fwd+bwd ms | forward eager ms | 128 tokens s | forward TFLOP/s | fwd+bwd TFLOP/s | "
+             "vs PyTorch fwd / fwd+bwd | vs tf.c fwd / fwd+bwd |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fp_model, r in result["runs"].items():
-        cells = ("validate_checkpoints_match", "after_graph_replays_match", "forward_ms", "forward_backward_ms",
-                 "forward_eager_ms", "generate_128_s", "forward_tflops", "forward_backward_tflops")
+        r = {**r, "vs_pytorch": f"{r.get('speedup_vs_pytorch_forward', '')} / "
+                                f"{r.get('speedup_vs_pytorch_forward_backward', '')}",
+             "vs_tf_c": f"{r.get('speedup_vs_tf_c_forward', '')} / {r.get('speedup_vs_tf_c_forward_backward', '')}"}
+        cells = ("validate_checkpoints_match", "after_graph_replays_match", "graph_arenas_equal_eager", "forward_ms",
+                 "forward_backward_ms", "forward_eager_ms", "generate_128_s", "forward_tflops",
+                 "forward_backward_tflops", "vs_pytorch", "vs_tf_c")
         lines.append(f"| {fp_model} | " + " | ".join(str(r.get(c, "")) for c in cells) + " |")
         if "error" in r:
             lines.append(f"| {fp_model} | error: {r['error']} |")
     lines += ["", f"PyTorch eager fp32 (TF32 off): {torch}"]
+    for fp_model, r in result["runs"].items():
+        if "tf_c_seconds" in r:
+            c = r["tf_c_seconds"]
+            lines.append(f"tf.c {fp_model}: forward {c['forward']:.2f} s, backward {c['backward']:.2f} s on "
+                         f"{c['cpu']} ({c['cores']} cores), {c['how']}, from the oracle fixture")
     return "\n".join(lines)
 
 

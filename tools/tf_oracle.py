@@ -14,6 +14,7 @@ tokens: the prompt is the first min(tokens in data, 64, d_seq - N) tokens, then 
 """
 import argparse
 import json
+import os
 import platform
 import re
 import shlex
@@ -39,6 +40,8 @@ LIBM_DOUBLE = """#include <math.h>
 SUM_LINE = re.compile(r"^tf_oracle_sum (\d+) (\S+)$", re.M)
 TOKEN_LINE = re.compile(r"^tf_oracle_token (\d+)$", re.M)
 PROMPT_LINE = re.compile(r"^tf_oracle_prompt (\d+)$", re.M)
+# tf_validation_time's total, printed once per pass ("total = 1.5" by clang >= 15, "total : 1.500000" before)
+TOTAL_LINE = re.compile(r"double total [:=] ([0-9.eE+-]+)")
 SEED_CONSTANT = re.compile(r"tf_validation_sum\([^;]*,\s*(-?0x[0-9a-f.]+p[-+]\d+)\);")
 
 
@@ -122,7 +125,15 @@ def build_and_run(source: str, fp_model: str, assets: Path, work: Path):
     if ran.returncode:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolError(f"tf.c stopped with status {ran.returncode}: {last}; check the assets")
-    return stderr
+    return stderr, ran.stdout.decode(errors="replace")
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def asset_record(assets: Path):
@@ -156,20 +167,26 @@ def run_oracle(tf_c, assets, fp_model, input_size=INPUT_SIZE, generate=None):
     common = {"config": config, "fp_model": fp_model, "compiler": compiler, "assets": asset_record(assets)}
 
     with tempfile.TemporaryDirectory(prefix="tf_oracle.") as work:
-        stderr = build_and_run(patch(source, patches(cfg, input_size, files, major)), fp_model, assets, Path(work))
+        stderr, stdout = build_and_run(patch(source, patches(cfg, input_size, files, major)), fp_model, assets,
+                                       Path(work))
     sums = SUM_LINE.findall(stderr)
+    totals = [float(t) for t in TOTAL_LINE.findall(stdout)]
     expected = checkpoints(cfg, input_size)
     if [int(count) for count, _ in sums] != [count for _, count in expected]:
         raise ToolError(f"tf.c printed {len(sums)} sums whose counts differ from tf_numba.checkpoints; "
                         "the patched tf.c and the labels disagree")
     record = {**common, "checkpoints": [{"label": label, "count": count, "sum": value}
                                         for (label, count), (_, value) in zip(expected, sums)]}
+    if len(totals) == 2:  # what tools/bench.py compares the port's times with
+        record["tf_c_seconds"] = {
+            "forward": totals[0], "backward": totals[1], "cpu": cpu_name(), "cores": os.cpu_count(),
+            "how": "tf.c's own timers (tf_validation_time totals, one pass each; they include its checkpoint sums)"}
     if generate is None:
         return record, None
 
     with tempfile.TemporaryDirectory(prefix="tf_oracle.") as work:
-        stderr = build_and_run(patch(source, patches(cfg, input_size, files, major, generate)),
-                               fp_model, assets, Path(work))
+        stderr, _ = build_and_run(patch(source, patches(cfg, input_size, files, major, generate)),
+                                  fp_model, assets, Path(work))
     prompt_size = int(PROMPT_LINE.search(stderr).group(1))
     tokens = [int(t) for t in TOKEN_LINE.findall(stderr)]
     generation = {**common, "generate": generate, "prompt": data[:prompt_size].tolist(), "tokens": tokens}

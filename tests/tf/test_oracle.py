@@ -58,6 +58,8 @@ def test_tiny_oracle_reproduces_fixtures(tf_c, tiny_assets, tiny_input_size, fp_
     fixture = load(SUMS[f"tiny_{fp_model}"])
     assert record["assets"] == fixture["assets"]
     assert record["checkpoints"] == fixture["checkpoints"]
+    timers = record["tf_c_seconds"]  # tf.c's own forward and backward totals, for tools/bench.py
+    assert timers["forward"] > 0 and timers["backward"] > 0
     if generation is not None:
         expected = load(FIXTURES / "tf_oracle_tiny_generate.json")
         assert (generation["prompt"], generation["tokens"]) == (expected["prompt"], expected["tokens"])

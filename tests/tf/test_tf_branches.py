@@ -1,0 +1,123 @@
+"""The branches of a recorded training step (launch.beside / launch.join): no kernel on the main
+stream may write memory that an open branch reads or writes, or read memory that it writes.
+
+The step is recorded against a stand-in for cuda.core's GraphBuilder, with the launch functions
+replaced by a recorder, so no kernel runs: each launch's arrays are classed as written or read by
+the table below (the kernels' own argument order), and their byte ranges are compared. The GPU
+check that the replayed graph gives the eager step's bits, arena for arena, is tools/bench.py's
+graph_arenas_equal_eager."""
+import numpy as np
+import pytest
+
+from tf_numba import assets, launch
+from tf_numba.backward import backward, zero_gradients
+from tf_numba.forward import forward
+from tf_numba.model import TFModel
+
+# The arguments each kernel writes (positions after the launch's geometry); every other array it reads.
+WRITES = {
+    "tf_memset": {0}, "tf_memcpy": {0}, "tf_embedding": {3}, "tf_ln": {3, 4, 5}, "tf_attn_scores": {1},
+    "tf_attn_softmax": {0}, "tf_attn_z": {2}, "tf_add": {2}, "tf_gelu": {1}, "tf_unembedding_softmax": {0},
+    "tf_loss": {0, 2}, "tf_gelu_back": {2}, "tf_attn_back_dot": {2}, "tf_attn_back_softmax": {1},
+    "tf_attn_back_qkv": {4}, "tf_embedding_back": {2, 3}, "tf_fc_back_dbias": {1}, "tf_ln_back": {5, 6, 7},
+}
+
+
+def byte_range(array):
+    return np.lib.array_utils.byte_bounds(array._ary)
+
+
+class Builder:
+    """What the recording needs of a GraphBuilder: split into branches, join them back."""
+
+    def __init__(self, log, label):
+        self.log, self.label = log, label
+
+    def split(self, count):
+        branch = Builder(self.log, f"branch {len(self.log)}")
+        self.log.append(("split", branch))
+        return self, branch
+
+    @staticmethod
+    def join(*builders):
+        builders[0].log.append(("join", builders[1]))
+        return builders[0]
+
+
+def record_step(monkeypatch, m, T, skip_join=None):
+    """Record zero_gradients, forward and backward as tf.c's training step does them; return the
+    hazards: (main kernel, branch kernel, what the main kernel does to the branch's memory)."""
+    log = []
+    main = Builder(log, "main")
+
+    def note(name, args, written):
+        arrays = [(i, a) for i, a in enumerate(args) if hasattr(a, "_ary")]
+        log.append(("launch", launch.Target.stream, name,
+                    [byte_range(a) for i, a in arrays if i in written],
+                    [byte_range(a) for i, a in arrays if i not in written]))
+
+    monkeypatch.setattr(launch, "elementwise", lambda kernel, n, *args: note(kernel.__name__, args,
+                                                                            WRITES[kernel.__name__]))
+    monkeypatch.setattr(launch, "blocks", lambda kernel, grid, block, shared, *args: note(kernel.__name__, args,
+                                                                                         WRITES[kernel.__name__]))
+    monkeypatch.setattr(launch, "matmul", lambda name, a, b, start, out, *rest, **kw: note(name, (a, b, start, out),
+                                                                                         {3}))
+    join = launch.join
+    if skip_join is not None:  # (launch.beside's own join of an earlier branch of that name goes too)
+        monkeypatch.setattr(launch, "join", lambda name: None if name == skip_join else join(name))
+    launch.Target.stream, launch.Target.branches = main, {}
+    try:
+        zero_gradients(m)
+        forward(m, T, last_only=False)
+        backward(m, T)
+        for name in list(launch.Target.branches):  # what graph.Recorded's join_all does
+            join(name)
+        assert not launch.Target.branches and launch.Target.stream is main
+    finally:
+        launch.Target.stream, launch.Target.branches = 0, {}
+
+    def overlap(ranges, others):
+        return any(lo < o_hi and o_lo < hi for lo, hi in ranges for o_lo, o_hi in others)
+
+    open_branches, hazards = {}, []
+    for event in log:
+        if event[0] == "split":
+            open_branches[event[1]] = []
+        elif event[0] == "join":
+            del open_branches[event[1]]
+        elif event[1] is main:
+            _, _, name, writes, reads = event
+            for launches in open_branches.values():
+                for _, _, b_name, b_writes, b_reads in launches:
+                    if overlap(writes, b_writes + b_reads):
+                        hazards.append((name, b_name, "overwrites what the branch uses"))
+                    if overlap(reads, b_writes):
+                        hazards.append((name, b_name, "reads what the branch writes"))
+        else:
+            open_branches[event[1]].append(event)
+    return hazards, log
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_assets):
+    cfg, tensors = assets.load_model(tiny_assets / "model.safetensors")
+    return TFModel(cfg, tensors, "fma")
+
+
+def test_branches_never_race_the_main_stream(monkeypatch, tiny_model):
+    hazards, log = record_step(monkeypatch, tiny_model, 8)
+    assert hazards == []
+    # the gradients' zeroing, every layer's four weight gradients and the wte gradient branch off
+    assert sum(event[0] == "split" for event in log) == 2 + 4 * tiny_model.cfg.n_layers
+
+
+@pytest.mark.parametrize("name", ["gradients", "wte", "mlp.c_proj", "mlp.c_fc", "attn.c_proj", "attn.c_attn"])
+def test_a_missing_join_is_a_race(monkeypatch, tiny_model, name):
+    hazards, _ = record_step(monkeypatch, tiny_model, 8, skip_join=name)
+    assert hazards
+
+
+def test_eager_launches_do_not_branch():
+    with launch.beside("x"):
+        assert launch.Target.stream == 0
+    assert launch.Target.branches == {}
