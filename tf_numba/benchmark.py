@@ -4,9 +4,9 @@ checked against the oracle fixture, and the speed-up over tf.c's own timers wher
 recorded them (tools/tf_oracle.py, on the CPU that made it).
 
 The training step is recorded as CUDA graphs and replayed (graph.py); each timing is the median
-of five means of `repeats` replays between device synchronisations, after one warm replay. The eager numbers
-(kernels launched one by one from Python, no per-stage synchronisation) show what the graphs
-save."""
+of five means of `repeats` replays between device synchronisations, after one warm replay. The
+eager numbers (kernels launched one by one from Python, no per-stage synchronisation) show what
+the graphs save."""
 import json
 import statistics
 import time

@@ -64,8 +64,8 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     - the weight gradients (a sum over the T samples): big tiles once there are over a million
       outputs;
     - T rows by a few thousand columns: one output per thread, more threads side by side, where
-      the sums are as long as the rows of outputs or longer, and always without fma (each step
-      is then two instructions); 2 x 2 outputs per thread otherwise.
+      the sums are as long as the rows of outputs or longer, and under nofma at every shape
+      (measured faster there too); 2 x 2 outputs per thread otherwise.
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:

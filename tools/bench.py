@@ -12,7 +12,8 @@ sampling stays in. The marginal rate between two --steps values, (wall(N2) - wal
 is the cost of one training step alone. A first run of ours (cold kernel cache, timed as
 cold_start_s) warms the cache before ours are timed. The fast engine trains in one kernel, so
 where ncu is on PATH its training is also timed directly (kernel_train_s: the kernel's GPU time
-under `ncu --clock-control none`), against microgpt.cu's train_s and its marginal rate x steps.
+under `ncu --clock-control none`), against microgpt.cu's train_s and its marginal rate between
+the two longest --steps x steps.
 
 tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
 124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
@@ -177,7 +178,7 @@ def microgpt_markdown(result):
             if steps.isdigit() and "kernel_train_s" in r:
                 lines.append(f"\n{prog}, {steps} steps: training kernel {r['kernel_train_s']} s (ncu), "
                              f"{r['kernel_train_ratio_vs_c_train']} of microgpt.cu's train s, "
-                             f"{r.get('kernel_train_ratio_vs_c_marginal', '')} of its marginal rate x steps")
+                             f"{r.get('kernel_train_ratio_vs_c_marginal', '')} of its marginal rate (longest runs) x steps")
     return "\n".join(lines)
 
 
