@@ -1,4 +1,6 @@
-"""Benchmarks on a GPU machine, one named entry per program: python tools/bench.py ENTRY [options].
+"""Benchmarks on a GPU machine: python tools/bench.py microgpt|tf|all [options].
+
+One named entry per program; `all` runs every entry in one command.
 
 Each entry times our port beside the C program it ports, in the same call, and writes
 bench_ENTRY.json and bench_ENTRY.md (plus the raw logs) into --out (default: a new temporary
@@ -245,9 +247,25 @@ def tf_markdown(result):
 ENTRIES = {"microgpt": (bench_microgpt, microgpt_markdown), "tf": (bench_tf, tf_markdown)}
 
 
+def run_entry(name, args, out_dir, command):
+    """One entry: its JSON and Markdown in out_dir, saved after each program it times."""
+    json_path, md_path = out_dir / f"bench_{name}.json", out_dir / f"bench_{name}.md"
+    if json_path.exists() or md_path.exists():
+        raise BenchError(f"{out_dir} already holds bench_{name} results; pass a new --out folder")
+    run, markdown = ENTRIES[name]
+
+    def save(result):  # after each program, so a run cut short still leaves what it measured
+        result["command"] = command
+        json_path.write_text(json.dumps(result, indent=1) + "\n")
+        md_path.write_text(f"# bench {name}\n\n`{command}`\n\n{markdown(result)}\n")
+
+    save(run(args, out_dir, save))
+    print(md_path.read_text())
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("entry", choices=sorted(ENTRIES))
+    parser.add_argument("entry", choices=sorted(ENTRIES) + ["all"], help="what to time ('all': every entry)")
     parser.add_argument("--out", help="folder for the results (created; must not hold earlier results)")
     parser.add_argument("--shared", help="folder with seeds/, data/, anchors/ (default $MICROGPT_SHARED or ../shared)")
     parser.add_argument("--steps", type=int, nargs="+", default=[1000], help="microgpt: training lengths")
@@ -257,26 +275,17 @@ def main(argv=None):
                         help="microgpt: engines to time ('default' passes no --engine)")
     args = parser.parse_args(argv)
     out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        json_path, md_path = out_dir / f"bench_{args.entry}.json", out_dir / f"bench_{args.entry}.md"
-        if json_path.exists() or md_path.exists():
-            raise BenchError(f"{out_dir} already holds bench_{args.entry} results; pass a new --out folder")
-        run, markdown = ENTRIES[args.entry]
-        command = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
-
-        def save(result):  # after each program, so a run cut short still leaves what it measured
-            result["command"] = command
-            json_path.write_text(json.dumps(result, indent=1) + "\n")
-            md_path.write_text(f"# bench {args.entry}\n\n`{command}`\n\n{markdown(result)}\n")
-
-        save(run(args, out_dir, save))
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    print(md_path.read_text())
+    command = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
+    status = 0
+    for name in sorted(ENTRIES) if args.entry == "all" else [args.entry]:
+        try:  # one entry failing still leaves the others' numbers
+            out_dir.mkdir(parents=True, exist_ok=True)
+            run_entry(name, args, out_dir, command)
+        except BenchError as exc:
+            print(f"bench: {exc}", file=sys.stderr)
+            status = 1
     print(f"results in {out_dir}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

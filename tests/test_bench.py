@@ -1,0 +1,46 @@
+"""tools/bench.py's driver: `all` runs every entry into one folder, one entry failing leaves the
+others' files and a non-zero exit, and earlier results are never overwritten. The entries
+themselves need a GPU (they run on the device machine); stand-ins replace them here."""
+import json
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import bench  # noqa: E402
+
+
+@pytest.fixture
+def entries(monkeypatch):
+    calls = []
+
+    def fine(args, out_dir, save):
+        calls.append("fine")
+        return {"runs": {"x": 1}}
+
+    def broken(args, out_dir, save):
+        calls.append("broken")
+        raise bench.BenchError("nvcc is not on PATH; run on a machine with the CUDA toolkit")
+
+    monkeypatch.setattr(bench, "ENTRIES", {"a_broken": (broken, str), "b_fine": (fine, lambda r: "| table |")})
+    return calls
+
+
+def test_all_runs_every_entry_and_reports_a_failure(entries, tmp_path, capsys):
+    assert bench.main(["all", "--out", str(tmp_path)]) == 1
+    assert entries == ["broken", "fine"]
+    saved = json.loads((tmp_path / "bench_b_fine.json").read_text())
+    assert saved["runs"] == {"x": 1} and saved["command"].endswith(f"tools/bench.py all --out {tmp_path}")
+    assert "| table |" in (tmp_path / "bench_b_fine.md").read_text()
+    assert not (tmp_path / "bench_a_broken.json").exists()
+    err = capsys.readouterr().err
+    assert err == "bench: nvcc is not on PATH; run on a machine with the CUDA toolkit\n"
+
+
+def test_earlier_results_are_kept(entries, tmp_path, capsys):
+    (tmp_path / "bench_b_fine.json").write_text("earlier")
+    assert bench.main(["b_fine", "--out", str(tmp_path)]) == 1
+    assert (tmp_path / "bench_b_fine.json").read_text() == "earlier" and entries == []
+    assert "already holds bench_b_fine results; pass a new --out folder" in capsys.readouterr().err
