@@ -3,16 +3,18 @@ stream may write memory that an open branch reads or writes, or read memory that
 
 The step is recorded against a stand-in for cuda.core's GraphBuilder, with the launch functions
 replaced by a recorder, so no kernel runs: each launch's arrays are classed as written or read by
-the table below (the kernels' own argument order), and their byte ranges are compared. The GPU
-check that the replayed graph gives the eager step's bits, arena for arena, is tools/bench.py's
-graph_arenas_equal_eager."""
+the table below (the kernels' own argument order), and their byte ranges are compared. On a GPU
+the last test compares the replayed graph's arenas with the eager step's, bit for bit, on the tiny
+model; tools/bench.py's graph_arenas_equal_eager does the same at GPT-2's size."""
 import numpy as np
 import pytest
+from numba import cuda
 
 from tf_numba import assets, launch
 from tf_numba.backward import backward, zero_gradients
 from tf_numba.forward import forward
 from tf_numba.model import TFModel
+from tf_numba.validate import run_step
 
 # The arguments each kernel writes (positions after the launch's geometry); every other array it reads.
 WRITES = {
@@ -121,3 +123,31 @@ def test_eager_launches_do_not_branch():
     with launch.beside("x"):
         assert launch.Target.stream == 0
     assert launch.Target.branches == {}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp_model", ["fma", "nofma"])
+def test_recorded_step_gives_the_eager_bits(tiny_assets, tiny_input_size, fp_model):
+    """The step recorded as a graph (branches and priorities included) and replayed twice leaves
+    the gradients and activations_back arenas as the same step launched in program order does."""
+    from tf_numba.benchmark import arena_bits
+    from tf_numba.graph import Recorded
+
+    cfg, tensors = assets.load_model(tiny_assets / "model.safetensors")
+    data = assets.load_data(tiny_assets / "data", cfg.d_vocab)
+    m, T = TFModel(cfg, tensors, fp_model), tiny_input_size
+    run_step(m, data, T)  # the tokens, and every kernel compiled before the recording
+
+    def step():
+        zero_gradients(m)
+        forward(m, T, last_only=False)
+        backward(m, T)
+
+    recorded = Recorded(step)
+    recorded()
+    recorded()
+    replayed = arena_bits(m)
+    step()
+    cuda.synchronize()
+    for got, want in zip(replayed, arena_bits(m)):
+        assert np.array_equal(got, want)
