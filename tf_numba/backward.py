@@ -65,8 +65,8 @@ def backward(m, T, probe=NO_PROBE):
         top = layer_i == L - 1
         layer_in = a.embedding.out if layer_i == 0 else a.h[layer_i - 1].res_2.out
 
-        fc_back(m, "mlp.c_proj", w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight, gw.mlp.c_proj.bias,
-                b.mlp.gelu.out, T)
+        fc_back(m, "mlp.c_proj", w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight,
+                gw.mlp.c_proj.bias, b.mlp.gelu.out, T)
         probe.time("mlp.c_proj")
         if top:
             probe.sum(f"backward.{last}.mlp.c_proj.weight", gw.mlp.c_proj.weight, 4 * D * D)
@@ -101,8 +101,8 @@ def backward(m, T, probe=NO_PROBE):
         if top:
             probe.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
 
-        fc_back(m, "attn.c_proj", w.attn.c_proj.weight, x.attn.z.out, b.res_1.out, gw.attn.c_proj.weight, gw.attn.c_proj.bias,
-                b.attn.z.out, T)
+        fc_back(m, "attn.c_proj", w.attn.c_proj.weight, x.attn.z.out, b.res_1.out, gw.attn.c_proj.weight,
+                gw.attn.c_proj.bias, b.attn.z.out, T)
         probe.time("attn.c_proj")
         if top:
             probe.sum(f"backward.{last}.attn.c_proj.weight", gw.attn.c_proj.weight, D * D)

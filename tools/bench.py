@@ -180,7 +180,8 @@ def microgpt_markdown(result):
             if steps.isdigit() and "kernel_train_s" in r:
                 lines.append(f"\n{prog}, {steps} steps: training kernel {r['kernel_train_s']} s (ncu), "
                              f"{r['kernel_train_ratio_vs_c_train']} of microgpt.cu's train s, "
-                             f"{r.get('kernel_train_ratio_vs_c_marginal', '')} of its marginal rate (longest runs) x steps")
+                             f"{r.get('kernel_train_ratio_vs_c_marginal', '')} of its marginal rate "
+                             "(longest runs) x steps")
     return "\n".join(lines)
 
 
