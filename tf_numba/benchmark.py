@@ -14,13 +14,12 @@ import time
 import numpy as np
 from numba import cuda
 
-from .backward import backward, zero_gradients
 from .checkpoints import c_hex
 from .forward import forward
 from .generate import GENERATE, generate, prompt_size
 from .graph import Recorded
 from .probe import sequential_sum
-from .validate import fixture_expected, run_step
+from .validate import fixture_expected, run_step, training_step
 
 H200_FP32_PEAK = 67e12  # FLOP/s, dense fp32 without tensor cores
 
@@ -88,9 +87,7 @@ def time_tf(m, data, fixture, repeats=20):
     validated = sum(got == want[label] for label, _, got in probe.sums)
 
     def step():
-        zero_gradients(m)
-        forward(m, T, last_only=False)
-        backward(m, T)
+        training_step(m, T)
 
     result = {"fp_model": fp_model, "input_size": T,
               "validate_checkpoints_match": f"{validated}/{len(expected)}",

@@ -10,7 +10,7 @@ from .backward import backward, zero_gradients
 from .checkpoints import GPT2, INPUT_SIZE, TF_C_SUMS, Config, c_hex, checkpoints
 from .forward import forward
 from . import launch
-from .probe import Probe
+from .probe import NO_PROBE, Probe
 
 POISON = np.float32(np.nan)  # tf.c fills activations with random bytes; NaN shows any use of them
 
@@ -46,19 +46,25 @@ def fixture_expected(path, cfg: Config):
     return T, fp_model, sums
 
 
+def training_step(m, T, probe=NO_PROBE):
+    """tf_process with is_training over tokens[0:T + 1]: gradients zeroed, forward, backward."""
+    zero_gradients(m)
+    forward(m, T, last_only=False, probe=probe)
+    backward(m, T, probe)
+
+
 def run_step(m, tokens, T):
-    """The training step; returns the Probe with every sum and the per-stage times."""
+    """The training step, scratch arenas poisoned first; returns the Probe with every sum and the
+    per-stage times."""
     if T > m.cfg.d_seq:
         raise AssetError(f"input size {T} is more than the model's d_seq {m.cfg.d_seq}")
     if len(tokens) < T + 1:
         raise AssetError(f"--validate needs {T + 1} tokens of data, assets/data has {len(tokens)}: use a longer text")
     m.set_tokens(tokens[: T + 1])
-    zero_gradients(m)
     launch.elementwise(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
     launch.elementwise(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)
     probe = Probe()
-    forward(m, T, last_only=False, probe=probe)
-    backward(m, T, probe)
+    training_step(m, T, probe)
     return probe
 
 

@@ -11,10 +11,8 @@ import pytest
 from numba import cuda
 
 from tf_numba import assets, launch
-from tf_numba.backward import backward, zero_gradients
-from tf_numba.forward import forward
 from tf_numba.model import TFModel
-from tf_numba.validate import run_step
+from tf_numba.validate import run_step, training_step
 
 # The arguments each kernel writes (positions after the launch's geometry); every other array it reads.
 WRITES = {
@@ -47,8 +45,8 @@ class Builder:
 
 
 def record_step(monkeypatch, m, T, skip_join=None):
-    """Record zero_gradients, forward and backward as tf.c's training step does them; return the
-    hazards: (main kernel, branch kernel, what the main kernel does to the branch's memory)."""
+    """Record the training step (validate.training_step); return the hazards: (main kernel,
+    branch kernel, what the main kernel does to the branch's memory)."""
     log = []
     main = Builder(log, "main")
 
@@ -69,9 +67,7 @@ def record_step(monkeypatch, m, T, skip_join=None):
         monkeypatch.setattr(launch, "join", lambda name: None if name == skip_join else join(name))
     launch.Target.stream, launch.Target.branches = main, {}
     try:
-        zero_gradients(m)
-        forward(m, T, last_only=False)
-        backward(m, T)
+        training_step(m, T)
         for name in list(launch.Target.branches):  # what graph.Recorded's join_all does
             join(name)
         assert not launch.Target.branches and launch.Target.stream is main
@@ -138,16 +134,11 @@ def test_recorded_step_gives_the_eager_bits(tiny_assets, tiny_input_size, fp_mod
     m, T = TFModel(cfg, tensors, fp_model), tiny_input_size
     run_step(m, data, T)  # the tokens, and every kernel compiled before the recording
 
-    def step():
-        zero_gradients(m)
-        forward(m, T, last_only=False)
-        backward(m, T)
-
-    recorded = Recorded(step)
+    recorded = Recorded(lambda: training_step(m, T))
     recorded()
     recorded()
     replayed = arena_bits(m)
-    step()
+    training_step(m, T)
     cuda.synchronize()
     for got, want in zip(replayed, arena_bits(m)):
         assert np.array_equal(got, want)
