@@ -4,21 +4,20 @@ import sys
 
 import numpy as np
 
-from . import fast
+from cudakit.gpu import quiet, unavailable_reason
+
+from . import fast, model as reference
 from .arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
     train_cache_storage_count
-from .constants import BLOCK_SIZE
-from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input, tokenize_doc
+from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input
 from .glibc_rand import GlibcRand
-from .graphs import StepGraphs
-from .model import StepTable, StepValues, train_step
+from .model import StepValues
 from .sample import generate_samples, sample_line
 
 PROG = "microgpt_numba"
 USAGE = f"usage: python -m {PROG} [--steps N] [--samples N] [--temperature T] [--input PATH] [--engine fast|reference]"
 ENGINES = ("fast", "reference")
 SEED = 42
-PRINT_EVERY = 100  # the reference engine's steps between waits for their losses
 
 
 class Options:
@@ -80,18 +79,6 @@ def parse_options(argv):
     return opts
 
 
-def cuda_unavailable_reason():
-    """None when kernels can run (a GPU, or the simulator), else a one-line reason."""
-    from numba import cuda
-
-    try:
-        if cuda.is_available():
-            return None
-        return "no CUDA GPU or driver found"
-    except Exception as exc:  # a half-installed driver raises instead of answering
-        return f"CUDA is not usable ({exc})".replace("\n", " ")
-
-
 def train(opts, out):
     gen = GlibcRand(SEED)
     docs = default_docs() if opts.input_path is None else read_input(opts.input_path)
@@ -111,23 +98,10 @@ def train(opts, out):
 
     end = b"\r" if out.isatty() else b"\n"
     if opts.engine == "reference":
-        doc_tokens = [tokenize_doc(dataset, doc) for doc in dataset.docs[:opts.num_steps]]
-        token_lists = [doc_tokens[step % len(doc_tokens)] for step in range(opts.num_steps)]
-        sv, graphs, table = StepValues(), StepGraphs(opts.num_steps), StepTable(token_lists, opts.num_steps)
-        printed = 0
-        for step, tokens in enumerate(token_lists):
-            n = min(len(tokens) - 1, BLOCK_SIZE)
-            graphs.step(sv, table, step, n, lambda: train_step(model, cache, scratch, dataset, sv, n))
-            if (step + 1) % PRINT_EVERY and step + 1 < opts.num_steps:
-                continue
-            graphs.wait()
-            for done in range(printed, step + 1):
-                n_done = min(len(token_lists[done]) - 1, BLOCK_SIZE)
-                mean = graphs.loss_sums[done] / np.float32(n_done)
-                out.write(step_line(done, opts.num_steps, mean) + end)
-            printed = step + 1
+        for step, loss in enumerate(reference.train(model, cache, scratch, dataset, opts.num_steps)):
+            out.write(step_line(step, opts.num_steps, loss) + end)
             out.flush()
-        generate_samples(model, cache, dataset, sv, opts.num_samples, opts.temperature, gen, out)
+        generate_samples(model, cache, dataset, StepValues(), opts.num_samples, opts.temperature, gen, out)
         return
 
     layout = fast.Layout(model, param_arena, cache, cache_arena, scratch, scratch_arena)
@@ -148,7 +122,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         opts = parse_options(argv)
-        reason = cuda_unavailable_reason()
+        quiet()
+        reason = unavailable_reason()
         if reason is not None:
             raise InputError(f"{reason}; run on a machine with an NVIDIA GPU and driver, "
                              "or set NUMBA_ENABLE_CUDASIM=1 to use the (slow) CPU simulator")

@@ -85,3 +85,8 @@ def tokenize_doc(dataset, doc):
     """BOS, at most BLOCK_SIZE bytes of the document, BOS."""
     ids = dataset.char_to_id[np.frombuffer(doc[:BLOCK_SIZE], dtype=np.uint8)]
     return [dataset.bos_id, *ids.tolist(), dataset.bos_id]
+
+
+def trained_positions(token_count):
+    """main's n for a document of token_count tokens: the positions forward_sequence trains."""
+    return min(token_count - 1, BLOCK_SIZE)

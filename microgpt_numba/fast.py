@@ -26,16 +26,18 @@ rand_uniform draws for sampling; the loss is summed on the device as the referen
 import numpy as np
 from numba import config, cuda, float32
 
+from cudakit.arrays import address
+from cudakit.devmath import fma as fmaf
+
 from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, FloatArena, position_cache_fields, scratch_fields
 from .constants import BLOCK_SIZE, HEAD_DIM, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
-from .dataset import tokenize_doc
+from .dataset import tokenize_doc, trained_positions
 from .glibc_rand import rand_uniform
 from .kernels import (SOFTMAX_THREADS, ZERO, ONE, accumulate_loss, adam_update, attention_grad_logit, attention_mix,
                       attention_softmax, attention_weighted_sum, cross_entropy_backward, head_dot, relu_backward,
                       relu_forward, rms_scale, rmsnorm_backward_element, rmsnorm_forward_at,
                       row_add, scaled_grad, sgemv_n, sger_term, sgemv_t, softmax_local_exp, softmax_local_max,
                       softmax_normalize, tree_step, vec_add, vec_add_inplace, ATTN_SCALE)
-from .devmath import fmaf
 from .model import adam_schedule
 
 THREADS = 512
@@ -65,13 +67,8 @@ SCRATCH_FIELDS = len(scratch_fields(0))
 RED_COLUMNS = SOFTMAX_THREADS + 1  # a position's softmax lanes, then its max
 
 
-def _address(view):
-    # The simulator's device arrays wrap numpy arrays and expose only the host interface.
-    return (view.__array_interface__ if config.ENABLE_CUDASIM else view.__cuda_array_interface__)["data"][0]
-
-
 def _offset(view, base):
-    return (_address(view) - _address(base)) // 4
+    return (address(view) - address(base)) // 4
 
 
 class Layout:
@@ -436,8 +433,9 @@ def arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt):
 
 @cuda.jit(**KERNEL_OPTIONS)
 def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g,
-                 vocab_size, doc_tokens, doc_start, num_docs, schedule, num_steps, loss_sums):
-    """Steps 0..num_steps-1: forward_sequence (summing the loss into loss_sums[step]), backward, Adam."""
+                 vocab_size, doc_tokens, doc_start, doc_positions, schedule, num_steps, loss_sums):
+    """Steps 0..num_steps-1: forward_sequence (summing the loss into loss_sums[step]), backward, Adam.
+    Document d's tokens start at doc_start[d]; it trains doc_positions[d] positions."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     params, cache, pos_scratch = arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt)
@@ -450,9 +448,9 @@ def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pc
     red = cuda.shared.array((BLOCK_SIZE, RED_COLUMNS), np.float32)
     wsum = cuda.shared.array((BLOCK_SIZE, N_HEAD), np.float32)
     for step in range(num_steps):
-        doc = step % num_docs
+        doc = step % doc_positions.shape[0]
         tokens = doc_tokens[doc_start[doc]:]
-        n = min(doc_start[doc + 1] - doc_start[doc] - 1, BLOCK_SIZE)
+        n = doc_positions[doc]
         forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, 0, n, tid, nt)
         softmax_positions(cache, postab, vocab_size, ONE, 0, n, red, tid, nt)
         if tid == 0:  # forward_sequence's total_loss, in position order
@@ -522,12 +520,14 @@ def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, 
 
 
 def document_tokens(dataset, num_steps):
-    """The token lists of the documents the run trains on, flattened, with start offsets."""
+    """The token lists of the documents the run trains on, flattened, with start offsets and each
+    one's trained positions."""
     used = dataset.docs[:min(num_steps, len(dataset.docs))]
     lists = [tokenize_doc(dataset, doc) for doc in used]
     start = np.zeros(len(lists) + 1, dtype=np.int32)
     start[1:] = np.cumsum([len(t) for t in lists])
-    return np.concatenate([np.asarray(t, dtype=np.int32) for t in lists]), start
+    positions = np.array([trained_positions(len(t)) for t in lists], dtype=np.int32)
+    return np.concatenate([np.asarray(t, dtype=np.int32) for t in lists]), start, positions
 
 
 def stage_budget():
@@ -568,18 +568,18 @@ def train(layout, dataset, num_steps, while_training=None):
     """Runs all steps on the device; returns the per-step losses as forward_sequence would print them.
     while_training() runs on the host between the launch and the wait for the losses."""
     params, cache, scratch = layout.arenas
-    flat, start = document_tokens(dataset, num_steps)
+    flat, start, positions = document_tokens(dataset, num_steps)
     schedule = np.array([adam_schedule(step, num_steps) for step in range(num_steps)], dtype=np.float32)
     loss_sums = cuda.to_device(np.zeros(num_steps, dtype=np.float32))
     nbytes = staged_bytes(params, cache, layout.pos_scratch)
     launch(train_kernel, (params, cache, scratch, layout.pos_scratch, nbytes > 0, layout.ptab, layout.pcount,
                           layout.postab, layout.kvtab, layout.stab, dataset.vocab_size, cuda.to_device(flat),
-                          cuda.to_device(start), len(start) - 1, cuda.to_device(schedule), num_steps, loss_sums),
+                          cuda.to_device(start), cuda.to_device(positions), cuda.to_device(schedule), num_steps,
+                          loss_sums),
            nbytes)
     if while_training is not None:
         while_training()
-    doc = np.arange(num_steps) % (len(start) - 1)
-    n = np.minimum(start[doc + 1] - start[doc] - 1, BLOCK_SIZE).astype(np.float32)
+    n = positions[np.arange(num_steps) % len(positions)].astype(np.float32)
     return list(loss_sums.copy_to_host() / n)
 
 

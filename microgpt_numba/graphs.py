@@ -10,7 +10,7 @@ while the GPU runs. In the CUDA simulator there are no graphs and every step run
 import numpy as np
 from numba import config, cuda
 
-from .launch import recording_into
+from cudakit.stream import new_stream, record
 
 
 class StepGraphs:
@@ -20,11 +20,7 @@ class StepGraphs:
         self.stream = None
         self.loss_sums = cuda.pinned_array(num_steps, dtype=np.float32)  # each step's summed loss
         if not config.ENABLE_CUDASIM:
-            from cuda.core import Device
-
-            device = Device()
-            device.set_current()
-            self.stream = device.create_stream()
+            self.stream = new_stream()
 
     def step(self, sv, table, step, n, launches):
         """Runs (the first time, and in the simulator) or queues step `step`: launches() is its n positions."""
@@ -36,12 +32,7 @@ class StepGraphs:
             return
         graph = self.graphs.get(n)
         if graph is None:
-            self.stream.sync()  # nothing in flight while the stream records
-            builder = self.stream.create_graph_builder()
-            builder.begin_building()
-            with recording_into(builder):
-                launches()
-            graph = self.graphs[n] = builder.end_building().complete()
+            graph = self.graphs[n] = record(self.stream, launches)
         sv.set_step(table, step, self.stream)
         graph.launch(self.stream)
         sv.loss.copy_to_host(self.loss_sums[step:step + 1], stream=self.stream)

@@ -1,7 +1,8 @@
-"""microgpt.cu's kernels, plus the three cuBLAS calls it makes (sgemv T, sgemv N, sger) written out.
+"""microgpt.cu's kernels in its order, then the three cuBLAS calls it makes (sgemv T, sger, sgemv N)
+written out, then what it does on the host or with cudaMemset/cudaMemcpy, as kernels.
 
-Each kernel's per-thread work is a device function, and the @cuda.jit kernel under the C's name
-only works out which element or head its thread owns, as the C kernel does. The fused engine
+Each kernel's per-thread work is a device function, directly above the @cuda.jit kernel under the
+C's name, which only works out which element or head its thread owns, as the C kernel does. The fused engine
 (fast.py) calls the same device functions, so both engines do the same arithmetic in the same
 order. Sums run sequentially in the C's loop order.
 
@@ -14,7 +15,8 @@ import numpy as np
 from numba import cuda, float32
 
 from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
-from .devmath import expf, fmaf, logf, rsqrtf, sqrtf
+from cudakit.devmath import expf, logf, rsqrtf, sqrtf
+from cudakit.devmath import fma as fmaf  # the C's name
 
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
@@ -25,9 +27,41 @@ SOFTMAX_THREADS = 256  # scaled_softmax_kernel's block and shared scratch size
 
 
 @cuda.jit(device=True)
+def grid_index():
+    return cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+
+
+@cuda.jit(device=True)
+def first_thread():
+    return cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0
+
+
+@cuda.jit(device=True)
+def stage(src, dst, count):
+    """The block copies src[:count] to (shared) dst[:count], each thread a strided share; then a barrier."""
+    for i in range(cuda.threadIdx.x, count, cuda.blockDim.x):
+        dst[i] = src[i]
+    cuda.syncthreads()
+
+
+# ---- microgpt.cu's kernels, in its order; each kernel's device functions directly above it
+
+
+@cuda.jit(device=True)
 def vec_add(a, b, out, n, idx):
     if idx < n:
         out[idx] = a[idx] + b[idx]
+
+
+@cuda.jit(cache=True)
+def vec_add_kernel(a, b, out, n):
+    vec_add(a, b, out, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def token_embed_kernel(wte, pos_emb, tokens, pos_id, out, n):
+    """vec_add of the token's wte row (token read from device memory) and the position's wpe row."""
+    vec_add(wte[tokens[pos_id] * N_EMBD:], pos_emb, out, n, grid_index())
 
 
 @cuda.jit(device=True)
@@ -36,16 +70,31 @@ def vec_add_inplace(dst, src, n, idx):
         dst[idx] += src[idx]
 
 
+@cuda.jit(cache=True)
+def vec_add_inplace_kernel(dst, src, n):
+    vec_add_inplace(dst, src, n, grid_index())
+
+
 @cuda.jit(device=True)
 def relu_forward(x, y, n, idx):
     if idx < n:
         y[idx] = x[idx] if x[idx] > ZERO else ZERO
 
 
+@cuda.jit(cache=True)
+def relu_forward_kernel(x, y, n):
+    relu_forward(x, y, n, grid_index())
+
+
 @cuda.jit(device=True)
 def relu_backward(x, grad_y, grad_x, n, idx):
     if idx < n:
         grad_x[idx] = grad_y[idx] if x[idx] > ZERO else ZERO
+
+
+@cuda.jit(cache=True)
+def relu_backward_kernel(x, grad_y, grad_x, n):
+    relu_backward(x, grad_y, grad_x, n, grid_index())
 
 
 @cuda.jit(device=True)
@@ -60,6 +109,18 @@ def rms_scale(x, n):
 @cuda.jit(device=True)
 def rmsnorm_forward_at(x, y, scale, i):
     y[i] = x[i] * scale
+
+
+# The C runs rmsnorm in one thread, which reads the vector element by element, waiting on global
+# memory each time. Here n threads (n <= N_EMBD) copy it to shared memory at once; each thread then
+# takes the sums with the C's loops (every thread gets the same floats) and writes its own element.
+@cuda.jit(cache=True)
+def rmsnorm_forward_kernel(x, y, n):
+    xs = cuda.shared.array(N_EMBD, np.float32)
+    stage(x, xs, n)
+    i = cuda.threadIdx.x
+    if i < n:
+        rmsnorm_forward_at(xs, y, rms_scale(xs, n), i)
 
 
 @cuda.jit(device=True)
@@ -82,6 +143,17 @@ def rmsnorm_backward_element(x, grad_y, grad_x, n, i):
     """Element i of rmsnorm_backward; each thread takes the vector's terms itself."""
     scale, dot, scale_cubed = rmsnorm_backward_terms(x, grad_y, n)
     rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i)
+
+
+@cuda.jit(cache=True)
+def rmsnorm_backward_kernel(x, grad_y, grad_x, n):
+    xs = cuda.shared.array(N_EMBD, np.float32)
+    gs = cuda.shared.array(N_EMBD, np.float32)
+    stage(x, xs, n)
+    stage(grad_y, gs, n)
+    i = cuda.threadIdx.x
+    if i < n:
+        rmsnorm_backward_element(xs, gs, grad_x, n, i)
 
 
 @cuda.jit(device=True)
@@ -150,6 +222,12 @@ def scaled_softmax(logits, probs, scale, n, scratch, tid, nthreads):
     softmax_normalize(probs, ONE / scratch[0], n, tid, nthreads)
 
 
+@cuda.jit(cache=True)
+def scaled_softmax_kernel(logits, probs, scale, n):
+    scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    scaled_softmax(logits, probs, scale, n, scratch, cuda.threadIdx.x, cuda.blockDim.x)
+
+
 @cuda.jit(device=True)
 def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
     if idx < n:
@@ -159,13 +237,9 @@ def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
         grad_logits[idx] = grad
 
 
-@cuda.jit(device=True)
-def accumulate_loss(probs, target_id, total, slot):
-    """forward_sequence's total_loss += -logf(prob), with the C's 1e-20 floor, summed on the device."""
-    prob = probs[target_id]
-    if prob < PROB_FLOOR:
-        prob = PROB_FLOOR
-    total[slot] += -logf(prob)
+@cuda.jit(cache=True)
+def cross_entropy_backward_kernel(probs, grad_logits, tokens, pos_id, loss_scale, n):
+    cross_entropy_backward(probs, grad_logits, tokens[pos_id + 1], loss_scale, n, grid_index())
 
 
 @cuda.jit(device=True)
@@ -182,10 +256,27 @@ def adam_update(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n, idx):
         grad[idx] = ZERO
 
 
+@cuda.jit(cache=True)
+def adam_update_kernel(data, grad, m, v, schedule, n):
+    """schedule = (lr_t, beta1_corr, beta2_corr) of this step, in device memory."""
+    adam_update(data, grad, m, v, schedule[0], schedule[1], schedule[2], n, grid_index())
+
+
 @cuda.jit(device=True)
 def row_add(row_grad, grad, n, idx):
     if idx < n:
         row_grad[idx] += grad[idx]
+
+
+@cuda.jit(cache=True)
+def row_add_kernel(row_grad, grad, n):
+    row_add(row_grad, grad, n, grid_index())
+
+
+@cuda.jit(cache=True)
+def token_row_add_kernel(wte_grad, tokens, pos_id, grad, n):
+    """row_add into the wte gradient row of the token at pos_id (token read from device memory)."""
+    row_add(wte_grad[tokens[pos_id] * N_EMBD:], grad, n, grid_index())
 
 
 @cuda.jit(device=True)
@@ -235,6 +326,13 @@ def attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_
         attn_out[hs + j] = attention_mix(attn_weights[row:], values[hs + j:], pos_id + 1)
 
 
+@cuda.jit(cache=True)
+def attention_forward_kernel(q, keys, values, attn_logits, attn_weights, attn_out, pos_id):
+    h = cuda.threadIdx.x
+    if h < N_HEAD:
+        attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_id, h)
+
+
 @cuda.jit(device=True)
 def attention_weighted_sum(grad_out_h, values_h, weights_h, count):
     """sum_t (grad_out . values[t]) * weights[t] for one head (the _h views start at the head)."""
@@ -282,6 +380,16 @@ def attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, gra
         grad_q[hs + j] = grad_q_local[j]
 
 
+@cuda.jit(cache=True)
+def attention_backward_kernel(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id):
+    h = cuda.threadIdx.x
+    if h < N_HEAD:
+        attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id, h)
+
+
+# ---- launch_matvec's and launch_linear_backward's cuBLAS calls, written out
+
+
 @cuda.jit(device=True)
 def sgemv_t(w, x, y, rows, cols, r):
     """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c], c ascending."""
@@ -290,6 +398,13 @@ def sgemv_t(w, x, y, rows, cols, r):
         for c in range(cols):
             acc = fmaf(w[r * cols + c], x[c], acc)
         y[r] = acc
+
+
+@cuda.jit(cache=True)
+def sgemv_t_kernel(w, x, y, rows, cols):
+    # Staging w's rows in shared memory first (coalesced, rows padded) made it slower on the H200,
+    # 10.3 us against 3.7 (ncu, perf2 device call): splitting each element's index costs more than it saves.
+    sgemv_t(w, x, y, rows, cols, grid_index())
 
 
 @cuda.jit(device=True)
@@ -307,6 +422,11 @@ def sger(x, grad_out, grad_w, rows, cols, idx):
         grad_w[idx] = sger_term(x, grad_out, grad_w[idx], cols, idx)
 
 
+@cuda.jit(cache=True)
+def sger_kernel(x, grad_out, grad_w, rows, cols):
+    sger(x, grad_out, grad_w, rows, cols, grid_index())
+
+
 @cuda.jit(device=True)
 def sgemv_n(w, grad_out, grad_x, rows, cols, c):
     """launch_linear_backward's cublasSgemv(OP_N, beta 1): grad_x[c] += sum_r w[r, c] * grad_out[r]."""
@@ -317,25 +437,20 @@ def sgemv_n(w, grad_out, grad_x, rows, cols, c):
         grad_x[c] += acc
 
 
-@cuda.jit(device=True)
-def grid_index():
-    return cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-
-
-@cuda.jit(device=True)
-def first_thread():
-    return cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0
-
-
 @cuda.jit(cache=True)
-def vec_add_kernel(a, b, out, n):
-    vec_add(a, b, out, n, grid_index())
+def sgemv_n_kernel(w, grad_out, grad_x, rows, cols):
+    """One block (cols <= its threads). The block first copies grad_out and w to dynamic shared
+    memory, all threads at once in coalesced loads; then thread c sums column c in order, waiting
+    on shared memory instead of global memory at every term."""
+    smem = cuda.shared.array(0, float32)
+    gs, ws = smem[:rows], smem[rows:]
+    for i in range(cuda.threadIdx.x, rows * cols, cuda.blockDim.x):
+        ws[i] = w[i]
+    stage(grad_out, gs, rows)
+    sgemv_n(ws, gs, grad_x, rows, cols, cuda.threadIdx.x)
 
 
-@cuda.jit(cache=True)
-def token_embed_kernel(wte, pos_emb, tokens, pos_id, out, n):
-    """vec_add of the token's wte row (token read from device memory) and the position's wpe row."""
-    vec_add(wte[tokens[pos_id] * N_EMBD:], pos_emb, out, n, grid_index())
+# ---- what the C does on the host or with the runtime, as kernels a CUDA graph can record
 
 
 @cuda.jit(cache=True)
@@ -354,120 +469,16 @@ def copy_kernel(dst, src, n):
         dst[idx] = src[idx]
 
 
+@cuda.jit(device=True)
+def accumulate_loss(probs, target_id, total, slot):
+    """forward_sequence's total_loss += -logf(prob), with the C's 1e-20 floor, summed on the device."""
+    prob = probs[target_id]
+    if prob < PROB_FLOOR:
+        prob = PROB_FLOOR
+    total[slot] += -logf(prob)
+
+
 @cuda.jit(cache=True)
 def loss_kernel(probs, tokens, pos_id, total):
     if first_thread():
         accumulate_loss(probs, tokens[pos_id + 1], total, 0)
-
-
-@cuda.jit(cache=True)
-def vec_add_inplace_kernel(dst, src, n):
-    vec_add_inplace(dst, src, n, grid_index())
-
-
-@cuda.jit(cache=True)
-def relu_forward_kernel(x, y, n):
-    relu_forward(x, y, n, grid_index())
-
-
-@cuda.jit(cache=True)
-def relu_backward_kernel(x, grad_y, grad_x, n):
-    relu_backward(x, grad_y, grad_x, n, grid_index())
-
-
-@cuda.jit(device=True)
-def stage(src, dst, count):
-    """The block copies src[:count] to (shared) dst[:count], each thread a strided share; then a barrier."""
-    for i in range(cuda.threadIdx.x, count, cuda.blockDim.x):
-        dst[i] = src[i]
-    cuda.syncthreads()
-
-
-# The C runs rmsnorm in one thread, which reads the vector element by element, waiting on global
-# memory each time. Here n threads (n <= N_EMBD) copy it to shared memory at once; each thread then
-# takes the sums with the C's loops (every thread gets the same floats) and writes its own element.
-@cuda.jit(cache=True)
-def rmsnorm_forward_kernel(x, y, n):
-    xs = cuda.shared.array(N_EMBD, np.float32)
-    stage(x, xs, n)
-    i = cuda.threadIdx.x
-    if i < n:
-        rmsnorm_forward_at(xs, y, rms_scale(xs, n), i)
-
-
-@cuda.jit(cache=True)
-def rmsnorm_backward_kernel(x, grad_y, grad_x, n):
-    xs = cuda.shared.array(N_EMBD, np.float32)
-    gs = cuda.shared.array(N_EMBD, np.float32)
-    stage(x, xs, n)
-    stage(grad_y, gs, n)
-    i = cuda.threadIdx.x
-    if i < n:
-        rmsnorm_backward_element(xs, gs, grad_x, n, i)
-
-
-@cuda.jit(cache=True)
-def scaled_softmax_kernel(logits, probs, scale, n):
-    scratch = cuda.shared.array(SOFTMAX_THREADS, np.float32)
-    scaled_softmax(logits, probs, scale, n, scratch, cuda.threadIdx.x, cuda.blockDim.x)
-
-
-@cuda.jit(cache=True)
-def cross_entropy_backward_kernel(probs, grad_logits, tokens, pos_id, loss_scale, n):
-    cross_entropy_backward(probs, grad_logits, tokens[pos_id + 1], loss_scale, n, grid_index())
-
-
-@cuda.jit(cache=True)
-def adam_update_kernel(data, grad, m, v, schedule, n):
-    """schedule = (lr_t, beta1_corr, beta2_corr) of this step, in device memory."""
-    adam_update(data, grad, m, v, schedule[0], schedule[1], schedule[2], n, grid_index())
-
-
-@cuda.jit(cache=True)
-def row_add_kernel(row_grad, grad, n):
-    row_add(row_grad, grad, n, grid_index())
-
-
-@cuda.jit(cache=True)
-def token_row_add_kernel(wte_grad, tokens, pos_id, grad, n):
-    """row_add into the wte gradient row of the token at pos_id (token read from device memory)."""
-    row_add(wte_grad[tokens[pos_id] * N_EMBD:], grad, n, grid_index())
-
-
-@cuda.jit(cache=True)
-def attention_forward_kernel(q, keys, values, attn_logits, attn_weights, attn_out, pos_id):
-    h = cuda.threadIdx.x
-    if h < N_HEAD:
-        attention_forward(q, keys, values, attn_logits, attn_weights, attn_out, pos_id, h)
-
-
-@cuda.jit(cache=True)
-def attention_backward_kernel(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id):
-    h = cuda.threadIdx.x
-    if h < N_HEAD:
-        attention_backward(q, keys, values, attn_weights, grad_attn_out, grad_q, grad_keys, grad_values, pos_id, h)
-
-
-@cuda.jit(cache=True)
-def sgemv_t_kernel(w, x, y, rows, cols):
-    # Staging w's rows in shared memory first (coalesced, rows padded) made it slower on the H200,
-    # 10.3 us against 3.7 (ncu, perf2 device call): splitting each element's index costs more than it saves.
-    sgemv_t(w, x, y, rows, cols, grid_index())
-
-
-@cuda.jit(cache=True)
-def sger_kernel(x, grad_out, grad_w, rows, cols):
-    sger(x, grad_out, grad_w, rows, cols, grid_index())
-
-
-@cuda.jit(cache=True)
-def sgemv_n_kernel(w, grad_out, grad_x, rows, cols):
-    """One block (cols <= its threads). The block first copies grad_out and w to dynamic shared
-    memory, all threads at once in coalesced loads; then thread c sums column c in order, waiting
-    on shared memory instead of global memory at every term."""
-    smem = cuda.shared.array(0, float32)
-    gs, ws = smem[:rows], smem[rows:]
-    for i in range(cuda.threadIdx.x, rows * cols, cuda.blockDim.x):
-        ws[i] = w[i]
-    stage(grad_out, gs, rows)
-    sgemv_n(ws, gs, grad_x, rows, cols, cuda.threadIdx.x)

@@ -1,5 +1,6 @@
-"""The reference engine: microgpt.cu's forward_position, forward_sequence, backward_sequence and
-adam_update_model, one kernel launch per C launch (memsets and copies included), in the C's order.
+"""The reference engine: microgpt.cu's forward_position, forward_sequence, backward_sequence,
+adam_update_model and main's training loop, one kernel launch per C launch (memsets and copies
+included), in the C's order.
 
 What changes from step to step (the tokens, Adam's schedule, the loss) lives in device memory
 (StepValues), so that one step's launches can be recorded once per sequence length and replayed
@@ -11,7 +12,9 @@ import numpy as np
 from numba import cuda
 
 from .constants import BETA1, BETA2, BLOCK_SIZE, LEARNING_RATE, MLP_HIDDEN, N_EMBD, N_LAYER
+from .dataset import tokenize_doc, trained_positions
 from .glibc_rand import powf
+from .graphs import StepGraphs
 from .launch import (copy_device, launch_adam_update, launch_attention_backward, launch_attention_forward,
                      launch_cross_entropy_backward, launch_linear_backward, launch_loss, launch_matvec,
                      launch_relu_backward, launch_relu_forward, launch_rmsnorm_backward, launch_rmsnorm_forward,
@@ -177,3 +180,24 @@ def train_step(model, cache, scratch, dataset, sv, n):
     forward_sequence(model, cache, dataset, sv, n)
     backward_sequence(model, cache, scratch, dataset, sv, n)
     adam_update_model(model, sv)
+
+
+PRINT_EVERY = 100  # steps queued between waits for their losses
+
+
+def train(model, cache, scratch, dataset, num_steps):
+    """main's loop: step s trains on document s mod count. Yields each step's mean loss, a batch
+    at a time, as the queued steps finish (graphs.py)."""
+    doc_tokens = [tokenize_doc(dataset, doc) for doc in dataset.docs[:num_steps]]
+    token_lists = [doc_tokens[step % len(doc_tokens)] for step in range(num_steps)]
+    sv, graphs, table = StepValues(), StepGraphs(num_steps), StepTable(token_lists, num_steps)
+    printed = 0
+    for step, tokens in enumerate(token_lists):
+        n = trained_positions(len(tokens))
+        graphs.step(sv, table, step, n, lambda: train_step(model, cache, scratch, dataset, sv, n))
+        if (step + 1) % PRINT_EVERY and step + 1 < num_steps:
+            continue
+        graphs.wait()
+        for done in range(printed, step + 1):
+            yield graphs.loss_sums[done] / np.float32(trained_positions(len(token_lists[done])))
+        printed = step + 1

@@ -1,26 +1,23 @@
-"""Shared test plumbing: where ../shared is, and when a real GPU is there."""
+"""Shared test plumbing: the project's paths, ../shared (seeds, data, anchors), and when a real GPU
+is there. Test modules import ROOT, FIXTURES and SHARED from here; `tools/` is on sys.path through
+pyproject's pytest settings."""
 import os
 from pathlib import Path
 
 import pytest
 
+from cudakit.gpu import unavailable_reason
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MICROGPT_SHARED", ROOT.parent / "shared"))
 FIXTURES = ROOT / "tests" / "fixtures"
+SHARED = Path(os.environ.get("MICROGPT_SHARED", ROOT.parent / "shared"))
+# A subprocess running the project (python -m microgpt_numba, a tool) finds the packages here.
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def real_gpu_reason():
     """None when kernels can run on a real CUDA GPU, else why not."""
-    from numba import config, cuda
-
-    if config.ENABLE_CUDASIM:
-        return "NUMBA_ENABLE_CUDASIM=1: kernels run in the CPU simulator"
-    try:
-        if not cuda.is_available():
-            return "no CUDA GPU or driver"
-    except Exception as exc:  # a broken driver install reports here
-        return f"CUDA unavailable: {exc}"
-    return None
+    return unavailable_reason(simulator_ok=False)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 from numba import cuda
 
-from .checkpoints import Config
+from .config import Config
 
 ALIGN = 64  # floats: 256 bytes
 

@@ -8,7 +8,7 @@ import struct
 
 import numpy as np
 
-from .checkpoints import Config
+from .config import Config
 
 DATA_SIZE_MAX = 1_000_000  # tf.c's tf_data_size_max, in bytes
 D_K_GPT2 = 64  # tf.c's tf_d_k: the head width when the file does not say how many heads

@@ -2,20 +2,22 @@
 backward. Gradients accumulate into the gradients arena, zeroed first by zero_gradients.
 
 The chain of input gradients is the critical path. Parameter gradients feed nothing later in the
-pass, so in a recorded pass they run on branches beside it (launch.beside). tf.c reuses one
+pass, so in a recorded pass they run on branches beside it (stream.beside). tf.c reuses one
 activations_back for every layer, so each branch is joined before the chain overwrites the
 gradient it reads, at the latest one layer further down."""
 import numpy as np
 
+from cudakit import stream
+
 from . import kernels as K
 from . import launch
 from . import matmul as M
-from .probe import NO_PROBE
+from .validation import NO_VALIDATION
 
 
 def zero_gradients(m):
     """The gradients arena to zero, beside the forward pass, which does not touch it."""
-    with launch.beside("gradients"):
+    with stream.beside("gradients"):
         launch.elementwise(K.tf_memset, m.gradients.raw.shape[0], m.gradients.raw, np.float32(0.0))
 
 
@@ -24,41 +26,41 @@ def fc_back(m, name, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
     The weight and bias gradients go on the branch `name`, which reads dL_dout."""
     K_in = dL_dweight.shape[0]
     launch.matmul("tf_fc_back_din", dL_dout, weight, m.zeros, dL_din, m.rows(T), T, m.fused)
-    with launch.beside(name):
+    with stream.beside(name):
         launch.matmul("tf_fc_back_dweight", inp, dL_dout, m.zeros, dL_dweight, m.rows(K_in), K_in, m.fused, S=T)
         launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
 
 
-def backward(m, T, probe=NO_PROBE):
+def backward(m, T, validation=NO_VALIDATION):
     """Backward over the forward pass of tokens[0:T], with targets tokens[1:T+1]."""
     cfg, p, a, g, b, fused = m.cfg, m.parameters, m.activations, m.gradients, m.activations_back, m.fused
     D, H, V, d_k, L = cfg.d_model, cfg.n_heads, cfg.d_vocab, cfg.d_k, cfg.n_layers
     last = f"h{L - 1}"
-    probe.start()
-    launch.join("gradients")
+    validation.start()
+    stream.join("gradients")
 
     # dL/dlogits = p - onehot: a copy of the probabilities, then the loss kernel edits it.
     launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out[:T].reshape(-1), a.unembedding.out[:T].reshape(-1))
     launch.blocks(K.tf_loss, 1, 1, 0, b.unembedding.out, m.tokens[1:], b.loss, T)
-    probe.time("unembedding")
-    probe.sum("backward.loss", b.loss, 1)
+    validation.time("unembedding")
+    validation.sum("backward.loss", b.loss, 1)
 
     r_input_size = np.float32(1.0) / np.float32(T)
     launch.matmul("tf_unembedding_back_din", b.unembedding.out, p.wte.weight, m.zeros, b.ln_f.out, m.rows(T), T,
                   fused, scale=r_input_size)
-    with launch.beside("wte"):  # joined before the embedding backward adds to it
+    with stream.beside("wte"):  # joined before the embedding backward adds to it
         launch.matmul("tf_unembedding_back_dwte", b.unembedding.out, a.ln_f.out, m.zeros, g.wte.weight, m.rows(V), V,
                       fused, S=T, scale=r_input_size)
-    probe.time("unembedding")
-    probe.sum("backward.unembedding.wte", g.wte.weight, V * D)
-    probe.sum("backward.ln_f.out", b.ln_f.out, T * D)
+    validation.time("unembedding")
+    validation.sum("backward.unembedding.wte", g.wte.weight, V * D)
+    validation.sum("backward.ln_f.out", b.ln_f.out, T * D)
 
     launch.ln_back(p.ln_f.weight, a.h[L - 1].res_2.out, a.ln_f.r_std, a.ln_f.mean, b.ln_f.out,
                    g.ln_f.weight, g.ln_f.bias, b.res_2.out, T, fused)
-    probe.time("ln_f")
-    probe.sum("backward.ln_f.weight", g.ln_f.weight, D)
-    probe.sum("backward.ln_f.bias", g.ln_f.bias, D)
-    probe.sum(f"backward.{last}.res_2.out", b.res_2.out, T * D)
+    validation.time("ln_f")
+    validation.sum("backward.ln_f.weight", g.ln_f.weight, D)
+    validation.sum("backward.ln_f.bias", g.ln_f.bias, D)
+    validation.sum(f"backward.{last}.res_2.out", b.res_2.out, T * D)
 
     for layer_i in range(L - 1, -1, -1):
         w, x, gw = p.h[layer_i], a.h[layer_i], g.h[layer_i]
@@ -67,84 +69,84 @@ def backward(m, T, probe=NO_PROBE):
 
         fc_back(m, "mlp.c_proj", w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight,
                 gw.mlp.c_proj.bias, b.mlp.gelu.out, T)
-        probe.time("mlp.c_proj")
+        validation.time("mlp.c_proj")
         if top:
-            probe.sum(f"backward.{last}.mlp.c_proj.weight", gw.mlp.c_proj.weight, 4 * D * D)
-            probe.sum(f"backward.{last}.mlp.c_proj.bias", gw.mlp.c_proj.bias, D)
-            probe.sum(f"backward.{last}.mlp.gelu.out", b.mlp.gelu.out, T * 4 * D)
+            validation.sum(f"backward.{last}.mlp.c_proj.weight", gw.mlp.c_proj.weight, 4 * D * D)
+            validation.sum(f"backward.{last}.mlp.c_proj.bias", gw.mlp.c_proj.bias, D)
+            validation.sum(f"backward.{last}.mlp.gelu.out", b.mlp.gelu.out, T * 4 * D)
 
-        launch.join("mlp.c_fc")  # the layer above's c_fc weight gradient reads b.mlp.c_fc.out
+        stream.join("mlp.c_fc")  # the layer above's c_fc weight gradient reads b.mlp.c_fc.out
         launch.elementwise(K.tf_gelu_back, T * 4 * D, x.mlp.c_fc.out, b.mlp.gelu.out, b.mlp.c_fc.out, T, fused)
-        probe.time("mlp.gelu")
+        validation.time("mlp.gelu")
         if top:
-            probe.sum(f"backward.{last}.mlp.c_fc.out", b.mlp.c_fc.out, T * 4 * D)
+            validation.sum(f"backward.{last}.mlp.c_fc.out", b.mlp.c_fc.out, T * 4 * D)
 
         fc_back(m, "mlp.c_fc", w.mlp.c_fc.weight, x.ln_2.out, b.mlp.c_fc.out, gw.mlp.c_fc.weight, gw.mlp.c_fc.bias,
                 b.ln_2.out, T)
-        probe.time("mlp.c_fc")
+        validation.time("mlp.c_fc")
         if top:
-            probe.sum(f"backward.{last}.mlp.c_fc.weight", gw.mlp.c_fc.weight, D * 4 * D)
-            probe.sum(f"backward.{last}.mlp.c_fc.bias", gw.mlp.c_fc.bias, 4 * D)
-            probe.sum(f"backward.{last}.ln_2.out", b.ln_2.out, T * D)
+            validation.sum(f"backward.{last}.mlp.c_fc.weight", gw.mlp.c_fc.weight, D * 4 * D)
+            validation.sum(f"backward.{last}.mlp.c_fc.bias", gw.mlp.c_fc.bias, 4 * D)
+            validation.sum(f"backward.{last}.ln_2.out", b.ln_2.out, T * D)
 
         launch.ln_back(w.ln_2.weight, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, b.ln_2.out,
                        gw.ln_2.weight, gw.ln_2.bias, b.res_2.in_2, T, fused)
-        probe.time("ln_2")
+        validation.time("ln_2")
         if top:
-            probe.sum(f"backward.{last}.ln_2.weight", gw.ln_2.weight, D)
-            probe.sum(f"backward.{last}.ln_2.bias", gw.ln_2.bias, D)
-            probe.sum(f"backward.{last}.res_2.in_2", b.res_2.in_2, T * D)
+            validation.sum(f"backward.{last}.ln_2.weight", gw.ln_2.weight, D)
+            validation.sum(f"backward.{last}.ln_2.bias", gw.ln_2.bias, D)
+            validation.sum(f"backward.{last}.res_2.in_2", b.res_2.in_2, T * D)
 
-        launch.join("attn.c_proj")  # the layer above's reads b.res_1.out
+        stream.join("attn.c_proj")  # the layer above's reads b.res_1.out
         launch.elementwise(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, T)
-        probe.time("res_2")
+        validation.time("res_2")
         if top:
-            probe.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
+            validation.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
 
         fc_back(m, "attn.c_proj", w.attn.c_proj.weight, x.attn.z.out, b.res_1.out, gw.attn.c_proj.weight,
                 gw.attn.c_proj.bias, b.attn.z.out, T)
-        probe.time("attn.c_proj")
+        validation.time("attn.c_proj")
         if top:
-            probe.sum(f"backward.{last}.attn.c_proj.weight", gw.attn.c_proj.weight, D * D)
-            probe.sum(f"backward.{last}.attn.c_proj.bias", gw.attn.c_proj.bias, D)
-            probe.sum(f"backward.{last}.attn.z", b.attn.z.out, T * D)
+            validation.sum(f"backward.{last}.attn.c_proj.weight", gw.attn.c_proj.weight, D * D)
+            validation.sum(f"backward.{last}.attn.c_proj.bias", gw.attn.c_proj.bias, D)
+            validation.sum(f"backward.{last}.attn.z", b.attn.z.out, T * D)
 
-        launch.join("attn.c_attn")  # the layer above's reads b.attn.c_attn.out
+        stream.join("attn.c_attn")  # the layer above's reads b.attn.c_attn.out
         launch.elementwise(K.tf_attn_back_dot, H * T * T, b.attn.z.out, x.attn.c_attn.out, b.attn.softmax.out,
                            T, d_k, fused)
         launch.blocks(K.tf_attn_back_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, b.attn.softmax.out, T, fused)
         launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
                            b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
-        probe.time("attn.z")
+        validation.time("attn.z")
         if top:
-            probe.sum(f"backward.{last}.attn.c_attn.out", b.attn.c_attn.out, T * 3 * D)
+            validation.sum(f"backward.{last}.attn.c_attn.out", b.attn.c_attn.out, T * 3 * D)
 
         fc_back(m, "attn.c_attn", w.attn.c_attn.weight, x.ln_1.out, b.attn.c_attn.out, gw.attn.c_attn.weight,
                 gw.attn.c_attn.bias, b.ln_1.out, T)
-        probe.time("attn.c_attn")
+        validation.time("attn.c_attn")
         if top:
-            probe.sum(f"backward.{last}.attn.c_attn.weight", gw.attn.c_attn.weight, D * 3 * D)
-            probe.sum(f"backward.{last}.attn.c_attn.bias", gw.attn.c_attn.bias, 3 * D)
-            probe.sum(f"backward.{last}.ln_1.out", b.ln_1.out, T * D)
+            validation.sum(f"backward.{last}.attn.c_attn.weight", gw.attn.c_attn.weight, D * 3 * D)
+            validation.sum(f"backward.{last}.attn.c_attn.bias", gw.attn.c_attn.bias, 3 * D)
+            validation.sum(f"backward.{last}.ln_1.out", b.ln_1.out, T * D)
 
         launch.ln_back(w.ln_1.weight, layer_in, x.ln_1.r_std, x.ln_1.mean, b.ln_1.out,
                        gw.ln_1.weight, gw.ln_1.bias, b.res_1.in_2, T, fused)
-        probe.time("ln_1")
+        validation.time("ln_1")
         if top:
-            probe.sum(f"backward.{last}.ln_1.weight", gw.ln_1.weight, D)
-            probe.sum(f"backward.{last}.ln_1.bias", gw.ln_1.bias, D)
-            probe.sum(f"backward.{last}.res_1.in_2", b.res_1.in_2, T * D)
+            validation.sum(f"backward.{last}.ln_1.weight", gw.ln_1.weight, D)
+            validation.sum(f"backward.{last}.ln_1.bias", gw.ln_1.bias, D)
+            validation.sum(f"backward.{last}.res_1.in_2", b.res_1.in_2, T * D)
 
         below = b.embedding.out if layer_i == 0 else b.res_2.out
-        launch.join("mlp.c_proj")  # this layer's reads b.res_2.out
+        stream.join("mlp.c_proj")  # this layer's reads b.res_2.out
         launch.elementwise(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, T)
-        probe.time("res_1")
+        validation.time("res_1")
         if top:  # tf.c sums res_2.out here, also when (one layer) the add wrote the embedding's
-            probe.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)
+            validation.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)
 
-    launch.join("wte")
+    stream.join("wte")
     launch.elementwise(K.tf_embedding_back, D, b.embedding.out, m.tokens, g.wte.weight, g.wpe.weight, T)
-    probe.time("embedding")
-    probe.sum("backward.wte", g.wte.weight, V * D)
-    probe.sum("backward.wpe", g.wpe.weight, T * D)
-    probe.finish("backward")
+    validation.time("embedding")
+    validation.sum("backward.wte", g.wte.weight, V * D)
+    validation.sum("backward.wpe", g.wpe.weight, T * D)
+    validation.finish("backward")

@@ -69,8 +69,8 @@ def encode_prompt(text, bpe_file):
 
 def validate(args, cfg, tensors, data):
     from .model import TFModel
-    from .probe import dump_time
-    from .validate import fixture_expected, report, run_step, tf_c_expected
+    from .validation import dump_time
+    from .training import fixture_expected, report, run_step, tf_c_expected
 
     if args.expected:
         T, fp_model, expected = fixture_expected(args.expected, cfg)
@@ -82,10 +82,10 @@ def validate(args, cfg, tensors, data):
         if args.fp_model == "nofma":
             raise AssetError("tf.c's constants come from its fma build: use --fp-model fma, or --expected "
                              "with a nofma oracle fixture")
-    probe = run_step(TFModel(cfg, tensors, fp_model), data, T)
+    validation = run_step(TFModel(cfg, tensors, fp_model), data, T)
     print(f"tf_numba --validate: {cfg}, input size {T}, fp model {fp_model}")
-    failed = report(probe, expected, sys.stdout)
-    for name, stages, total in probe.timings:
+    failed = report(validation, expected, sys.stdout)
+    for name, stages, total in validation.timings:
         dump_time(name, stages, total, sys.stdout)
     print(f"{len(expected) - failed} of {len(expected)} checkpoints match")
     return 1 if failed else 0

@@ -1,10 +1,10 @@
 """tf_process's forward half: embedding, n_layers blocks, ln_f, unembedding with softmax."""
 from . import kernels as K
 from . import launch
-from .probe import NO_PROBE
+from .validation import NO_VALIDATION
 
 
-def forward(m, T, last_only, probe=NO_PROBE):
+def forward(m, T, last_only, validation=NO_VALIDATION):
     """The forward pass over tokens[0:T]. Training unembeds every row, as tf.c does; generation
     (last_only) unembeds only the row in m.last_rows, which lives on the device so a recorded
     pass can serve several lengths: rows past the current length are computed too, harmlessly,
@@ -12,11 +12,11 @@ def forward(m, T, last_only, probe=NO_PROBE):
     cfg, p, a, fused = m.cfg, m.parameters, m.activations, m.fused
     D, H, V, d_k = cfg.d_model, cfg.n_heads, cfg.d_vocab, cfg.d_k
     rows = m.rows(T)
-    probe.start()
+    validation.start()
 
     launch.elementwise(K.tf_embedding, T * D, p.wte.weight, p.wpe.weight, m.tokens, a.embedding.out, T)
-    probe.time("embedding")
-    probe.sum("forward.embedding", a.embedding.out, T * D)
+    validation.time("embedding")
+    validation.sum("forward.embedding", a.embedding.out, T * D)
 
     for layer_i in range(cfg.n_layers):
         w, x = p.h[layer_i], a.h[layer_i]
@@ -24,57 +24,57 @@ def forward(m, T, last_only, probe=NO_PROBE):
         layer_in = a.embedding.out if first else a.h[layer_i - 1].res_2.out
 
         launch.ln(w.ln_1.weight, w.ln_1.bias, layer_in, x.ln_1.r_std, x.ln_1.mean, x.ln_1.out, T, fused)
-        probe.time("ln_1")
+        validation.time("ln_1")
         if first:
-            probe.sum("forward.h0.ln_1", x.ln_1.out, T * D)
+            validation.sum("forward.h0.ln_1", x.ln_1.out, T * D)
 
         launch.matmul("tf_fc", x.ln_1.out, w.attn.c_attn.weight, w.attn.c_attn.bias, x.attn.c_attn.out, rows, T, fused)
-        probe.time("attn.c_attn")
+        validation.time("attn.c_attn")
         if first:
-            probe.sum("forward.h0.attn.c_attn", x.attn.c_attn.out, T * 3 * D)
+            validation.sum("forward.h0.attn.c_attn", x.attn.c_attn.out, T * 3 * D)
 
         launch.elementwise(K.tf_attn_scores, H * T * T, x.attn.c_attn.out, x.attn.softmax.out, T, d_k, m.rsqrt_d_k, fused)
         launch.blocks(K.tf_attn_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, T)
         launch.elementwise(K.tf_attn_z, T * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, T, d_k, fused)
-        probe.time("attn.z")
+        validation.time("attn.z")
         if first:
-            probe.sum("forward.h0.attn.z", x.attn.z.out, T * D)
+            validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)
 
         launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, T, fused)
-        probe.time("attn.c_proj")
+        validation.time("attn.c_proj")
         if first:
-            probe.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)
+            validation.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)
 
         launch.elementwise(K.tf_add, T * D, layer_in, x.attn.c_proj.out, x.res_1.out, T)
-        probe.time("res_1")
+        validation.time("res_1")
 
         launch.ln(w.ln_2.weight, w.ln_2.bias, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, x.ln_2.out, T, fused)
-        probe.time("ln_2")
+        validation.time("ln_2")
         if first:
-            probe.sum("forward.h0.ln_2", x.ln_2.out, T * D)
+            validation.sum("forward.h0.ln_2", x.ln_2.out, T * D)
 
         launch.matmul("tf_fc", x.ln_2.out, w.mlp.c_fc.weight, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, T, fused)
-        probe.time("mlp.c_fc")
+        validation.time("mlp.c_fc")
 
         launch.elementwise(K.tf_gelu, T * 4 * D, x.mlp.c_fc.out, x.mlp.gelu.out, T)
-        probe.time("mlp.gelu")
+        validation.time("mlp.gelu")
 
         launch.matmul("tf_fc", x.mlp.gelu.out, w.mlp.c_proj.weight, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, T, fused)
-        probe.time("mlp.c_proj")
+        validation.time("mlp.c_proj")
         if first:
-            probe.sum("forward.h0.mlp.c_proj", x.mlp.c_proj.out, T * D)
+            validation.sum("forward.h0.mlp.c_proj", x.mlp.c_proj.out, T * D)
 
         launch.elementwise(K.tf_add, T * D, x.res_1.out, x.mlp.c_proj.out, x.res_2.out, T)
-        probe.time("res_2")
+        validation.time("res_2")
 
     last = a.h[cfg.n_layers - 1].res_2.out
     launch.ln(p.ln_f.weight, p.ln_f.bias, last, a.ln_f.r_std, a.ln_f.mean, a.ln_f.out, T, fused)
-    probe.time("ln_f")
-    probe.sum("forward.ln_f", a.ln_f.out, T * D)
+    validation.time("ln_f")
+    validation.sum("forward.ln_f", a.ln_f.out, T * D)
 
     unembed_rows, n = (m.last_rows, 1) if last_only else (rows, T)
     launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n, fused)
     launch.blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, a.unembedding.out, unembed_rows)
-    probe.time("unembedding")
-    probe.sum("forward.unembedding", a.unembedding.out, T * V)
-    probe.finish("forward")
+    validation.time("unembedding")
+    validation.sum("forward.unembedding", a.unembedding.out, T * V)
+    validation.finish("forward")

@@ -5,7 +5,7 @@ from numba import config
 from . import kernels as K
 from . import launch
 from .forward import forward
-from .graph import Recorded
+from cudakit.stream import Recorded
 
 GENERATE = 128  # tf.c's count of generated tokens
 PROMPT_MAX = 64  # tf.c takes at most 64 tokens of data as the prompt

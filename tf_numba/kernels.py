@@ -1,5 +1,10 @@
-"""One kernel per tf.c routine or loop nest, each thread owning whole output elements. The
-matrix-shaped loop nests (tf_fc, tf_fc_back, the unembedding and its backward) are in matmul.py.
+"""One kernel per tf.c routine or loop nest, each thread owning whole output elements.
+
+The matrix-shaped loop nests (tf_fc, tf_fc_back, the unembedding and its backward) stand here as
+the plain loops they are in the C, one thread per output: the faithful kernels, which the passes
+do not launch. The passes run matmul.py's register-tiled kernels instead, which sum every output
+in the same order; tests/tf/test_tf_matmul.py holds each tiled kernel equal to its faithful one,
+bit for bit.
 
 Element-wise kernels walk their elements in a grid-stride loop: on the GPU the launch gives at
 most one thread per element, in the simulator one thread walks them all (see launch.py).
@@ -20,7 +25,9 @@ import math
 import numpy as np
 from numba import config, cuda
 
-from .fp import erff, expf, logf, mad, mul, sqrtf
+from cudakit.devmath import mad, mul, sqrtf
+
+from .fp import erff, expf, logf
 
 f32 = np.float32
 SQRT1_2 = f32(math.sqrt(0.5))  # (float)M_SQRT1_2
@@ -75,6 +82,44 @@ def tf_add(in_1, in_2, out, T):
     for idx in range(cuda.grid(1), T * D, cuda.gridsize(1)):
         i, k = idx // D, idx % D
         out[i, k] = in_1[i, k] + in_2[i, k]
+
+
+@cuda.jit
+def tf_fc(weight, bias, inp, out, T, fused):
+    """out[i, j] = bias[j], then `*out += *in * *weight` over k ascending. Faithful (see above)."""
+    N = out.shape[1]
+    for idx in range(cuda.grid(1), T * N, cuda.gridsize(1)):
+        i, j = idx // N, idx % N
+        acc = bias[j]
+        for k in range(weight.shape[0]):
+            acc = mad(fused, inp[i, k], weight[k, j], acc)
+        out[i, j] = acc
+
+
+@cuda.jit
+def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
+    """The three sets of sums tf.c interleaves: dL_dweight[k, j] and dL_dbias[j] accumulate over
+    samples i ascending, dL_din[i, k] is a fresh dot over outputs j ascending. Faithful."""
+    K, N = weight.shape
+    for idx in range(cuda.grid(1), K * N + N + T * K, cuda.gridsize(1)):
+        if idx < K * N:
+            k, j = idx // N, idx % N
+            acc = dL_dweight[k, j]
+            for i in range(T):
+                acc = mad(fused, dL_dout[i, j], inp[i, k], acc)
+            dL_dweight[k, j] = acc
+        elif idx < K * N + N:
+            j = idx - K * N
+            acc = dL_dbias[j]
+            for i in range(T):
+                acc += dL_dout[i, j]
+            dL_dbias[j] = acc
+        else:
+            i, k = (idx - K * N - N) // K, (idx - K * N - N) % K
+            dot = ZERO
+            for j in range(N):
+                dot = mad(fused, dL_dout[i, j], weight[k, j], dot)
+            dL_din[i, k] = dot
 
 
 UNROLL = 8  # loads a thread keeps in flight in an ordered sum
@@ -309,6 +354,20 @@ def tf_gelu(inp, out, T):
 
 
 @cuda.jit
+def tf_unembedding(wte, ln_f, out, rows, fused):
+    """The unembedding's dot products: out[i, v] = 0, then `dot += *weight * *in` over d ascending,
+    for rows rows[0] <= i < rows[1] (training: all; generation: the last). Faithful."""
+    V, D = wte.shape
+    first = rows[0]
+    for idx in range(cuda.grid(1), (rows[1] - first) * V, cuda.gridsize(1)):
+        i, v = first + idx // V, idx % V
+        dot = ZERO
+        for d in range(D):
+            dot = mad(fused, wte[v, d], ln_f[i, d], dot)
+        out[i, v] = dot
+
+
+@cuda.jit
 def tf_unembedding_softmax(out, rows):
     """Softmax of row rows[0] + blockIdx: the block finds the max (exact in any order); thread 0
     sums the exps in tf.c's order, a chunk at a time from shared memory, while the threads from
@@ -410,6 +469,27 @@ def tf_loss(probs, expected, loss, T):
                 probs[i0 + u, expected[i0 + u]] = p_correct[u] - ONE
                 loss_total += -logf(p_correct[u])
     loss[0] = loss_total
+
+
+@cuda.jit
+def tf_unembedding_back(wte, ln_f, dL_dout, dL_dwte, dL_din, T, r_input_size, fused):
+    """The unembedding backward's two sets of sums: dL_dwte[v, d] += (dL_dout * in) * r_input_size
+    over samples i ascending; dL_din[i, d] = 0, += dL_dout * weight over tokens v ascending, then
+    *= r_input_size. Faithful."""
+    V, D = wte.shape
+    for idx in range(cuda.grid(1), V * D + T * D, cuda.gridsize(1)):
+        if idx < V * D:
+            v, d = idx // D, idx % D
+            acc = dL_dwte[v, d]
+            for i in range(T):
+                acc = mad(fused, mul(dL_dout[i, v], ln_f[i, d]), r_input_size, acc)
+            dL_dwte[v, d] = acc
+        else:
+            i, d = (idx - V * D) // D, (idx - V * D) % D
+            acc = ZERO
+            for v in range(V):
+                acc = mad(fused, dL_dout[i, v], wte[v, d], acc)
+            dL_din[i, d] = mul(acc, r_input_size)
 
 
 @cuda.jit

@@ -1,62 +1,16 @@
-"""Kernel launches: their sizes, and where they go (the default stream, or a CUDA graph being
-recorded, see graph.py, where work that nothing waits for soon can run on a branch beside the
-rest)."""
-import contextlib
+"""Kernel launches: their sizes, and where they go (cudakit.stream: the default stream, or a CUDA
+graph being recorded, where work that nothing waits for soon can run on a branch beside the rest)."""
 import functools
 
 from numba import config, cuda
+
+from cudakit.stream import Target
 
 from . import kernels as K
 from . import matmul as M
 
 BLOCK = 128
 RESIDENT_BLOCKS = 2048 // BLOCK  # blocks of BLOCK threads a multiprocessor holds at once
-# Some of tf.c's stages are small by nature (one row, one block); Numba's low-occupancy
-# warning on each of them would drown the output.
-config.CUDA_LOW_OCCUPANCY_WARNINGS = False
-
-
-class Target:
-    """The stream launches go to: 0 (the default stream) or a cuda.core GraphBuilder; while a
-    pass is recorded, `branches` holds the builders of work recorded beside it, by name, until
-    they are joined."""
-
-    stream = 0
-    branches = {}
-
-
-def recording():
-    return not isinstance(Target.stream, int)
-
-
-@contextlib.contextmanager
-def beside(name):
-    """Launches inside the block start after everything queued before it and run beside what is
-    queued after it, until join(name). Eager launches (validation, the simulator) stay on one
-    stream in program order. The caller joins a branch before anything overwrites what it reads."""
-    if not recording():
-        yield
-        return
-    join(name)
-    main, branch = Target.stream.split(2)
-    Target.stream = branch
-    try:
-        yield
-    finally:
-        Target.stream = main
-        Target.branches[name] = branch
-
-
-def join(name):
-    """Later launches wait for the branch `name`, if one is open."""
-    branch = Target.branches.pop(name, None)
-    if branch is not None:
-        Target.stream = type(branch).join(Target.stream, branch)
-
-
-def join_all():
-    for name in list(Target.branches):
-        join(name)
 
 
 if config.ENABLE_CUDASIM:
@@ -86,17 +40,16 @@ def blocks(kernel, grid, block, shared_bytes, *args):
     kernel[grid, block, Target.stream, shared_bytes](*args)
 
 
-def ln(*args):
-    """tf_ln over T samples: args as the kernel's."""
-    T = args[6]
-    blocks(K.tf_ln, T, K.LN_THREADS, 0, *args)
+def ln(weight, bias, inp, r_std, mean, out, T, fused):
+    """tf_ln over T samples, a block each."""
+    blocks(K.tf_ln, T, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, T, fused)
 
 
-def ln_back(*args):
-    """tf_ln_back over T samples (and the parameter gradients): args as the kernel's."""
-    inp, T = args[1], args[8]
+def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
+    """tf_ln_back over T samples, a block each, then the blocks of the parameter gradients."""
     D = inp.shape[1]
-    blocks(K.tf_ln_back, T + -(-D // K.LN_BACK_THREADS), K.LN_BACK_THREADS, 0, *args)
+    blocks(K.tf_ln_back, T + -(-D // K.LN_BACK_THREADS), K.LN_BACK_THREADS, 0,
+           weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused)
 
 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None):

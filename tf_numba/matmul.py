@@ -27,7 +27,7 @@ from collections import namedtuple
 import numpy as np
 from numba import config, cuda
 
-from .fp import mad, mul
+from cudakit.devmath import mad, mul
 
 f32 = np.float32
 ZERO = f32(0.0)

@@ -6,7 +6,7 @@ from numba import cuda
 
 from . import arena
 from .assets import AssetError
-from .checkpoints import Config
+from .config import Config
 from .kernels import ATTN_T_MAX, LN_D_MAX
 from .fp import is_fused
 

@@ -20,7 +20,7 @@ the two longest --steps x steps.
 tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
 124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
 fixtures, beside PyTorch eager fp32 GPT-2 in the same call, with speed-ups over PyTorch and over
-tf.c's own timers as the oracle fixtures recorded them on a CPU (see tf_numba/benchmark.py).
+tf.c's own timers as the oracle fixtures recorded them on a CPU (see tools/bench_tf.py).
 """
 import argparse
 import json
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from microgpt_numba.logcompare import compare_runs  # noqa: E402
+from logcompare import compare_runs  # noqa: E402
 from ncu_summary import read as read_ncu  # noqa: E402
 
 
@@ -190,14 +190,14 @@ def bench_tf(args, out_dir, save):
     GPT-2 124M weights, both fp models, each checked bit for bit against the oracle fixture;
     PyTorch eager fp32 GPT-2 beside it; tf.c's CPU times from the oracle's record."""
     from tf_numba import assets
-    from tf_numba.benchmark import time_tf, time_torch
+    from bench_tf import time_tf, time_torch
     from tf_numba.model import TFModel
 
     assets_dir = Path(args.assets) if args.assets else out_dir / "assets"
     if not args.assets:
         sys.path.insert(0, str(ROOT / "tools"))
         from tf_assets import write_synthetic
-        from tf_numba.checkpoints import GPT2
+        from tf_numba.config import GPT2
 
         write_synthetic(assets_dir, GPT2)
     cfg, tensors = assets.load_model(assets_dir / "model.safetensors")

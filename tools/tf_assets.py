@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tf_numba.checkpoints import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
+from tf_numba.config import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
 
 DATA_SIZE_MAX = 1_000_000  # tf.c's tf_data_size_max, in bytes
 GPT2_ENC_SIZE = 722_883  # tf.c's tf_enc_file_size

@@ -16,10 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from numba import cuda  # noqa: E402
 
+from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
-from tf_numba.graph import Recorded  # noqa: E402
-from tf_numba.launch import Target  # noqa: E402
 
 T, D, V = 64, 768, 50257
 # (kind, rows, cols, sum length, a's shape, b's shape, how many a GPT-2 step runs)

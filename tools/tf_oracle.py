@@ -27,7 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tf_assets import ToolError, config_from_file, decode_data, read_header, sha256, write_files  # noqa: E402
-from tf_numba.checkpoints import GPT2, INPUT_SIZE, Config, checkpoints  # noqa: E402
+from tf_numba.checkpoints import checkpoints  # noqa: E402
+from tf_numba.config import GPT2, INPUT_SIZE, Config  # noqa: E402
 
 PROFILES = {"fma": ["-ffp-contract=on"] + (["-mfma"] if platform.machine() in ("x86_64", "AMD64") else []),
             "nofma": ["-ffp-contract=off"]}

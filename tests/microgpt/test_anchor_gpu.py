@@ -8,14 +8,12 @@ persistent kernels) compute the same floats, so their outputs must be identical 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from microgpt_numba.logcompare import compare_runs
+from logcompare import compare_runs
+from tests.conftest import PYTHONPATH, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 RUNS = {}
 
 

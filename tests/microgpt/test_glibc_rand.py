@@ -1,15 +1,14 @@
 """glibc rand() and microgpt.cu's float draws against tools/glibc_rand_fixture.c's output."""
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from microgpt_numba.glibc_rand import GlibcRand, powf, rand_normal, rand_uniform
+from tests.conftest import FIXTURES, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "microgpt_glibc_rand.txt"
+FIXTURE = FIXTURES / "microgpt_glibc_rand.txt"
 
 
 def fixture_rows(kind):

@@ -3,15 +3,12 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from microgpt_numba.cli import USAGE, main
+from tests.conftest import PYTHONPATH, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-# Our package first, then whatever the caller's PYTHONPATH holds (e.g. a pinned numpy).
-PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
 def run_cli(args, **env):

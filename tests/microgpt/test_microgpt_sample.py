@@ -1,17 +1,17 @@
 """Sampling with a fixed stream: the draw picks the first id whose running sum reaches it."""
 import io
-from pathlib import Path
 
 import numpy as np
 
-import numpy_reference as ref
+from tests.microgpt import numpy_reference as ref
 from microgpt_numba.arena import FloatArena, Model, TrainCache, param_storage_count, train_cache_storage_count
 from microgpt_numba.dataset import load_dataset
 from microgpt_numba.glibc_rand import GlibcRand
 from microgpt_numba.model import StepValues
 from microgpt_numba.sample import generate_samples, sample_from_probs
+from tests.conftest import FIXTURES
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "microgpt_glibc_rand.txt"
+FIXTURE = FIXTURES / "microgpt_glibc_rand.txt"
 
 
 def fixture_uniforms():

@@ -7,7 +7,7 @@ index, sign or missing term shows up as an O(1) relative error.
 import numpy as np
 import pytest
 
-import numpy_reference as ref
+from tests.microgpt import numpy_reference as ref
 from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, \
     scratch_storage_count, train_cache_storage_count
 from microgpt_numba.constants import BLOCK_SIZE

@@ -1,15 +1,10 @@
-"""tf tests: tools/ on sys.path, tiny synthetic assets, and the seed tf.c with clang."""
+"""tf tests: tiny synthetic assets, and the seed tf.c with clang."""
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-
-from tf_assets import TINY_INPUT_SIZE, write_synthetic  # noqa: E402
-from tf_numba.checkpoints import TINY  # noqa: E402
+from tf_assets import TINY_INPUT_SIZE, write_synthetic
+from tf_numba.config import TINY
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +11,9 @@ from safetensors.numpy import load_file
 import tf_assets
 from tf_assets import (GPT2_ENC_SIZE, ToolError, decode_data, decode_enc, encode_data, encode_enc, hash64,
                        read_header, synthetic_values, tensor_shapes, tf_offset_size, write_synthetic)
-from tf_numba.checkpoints import TINY, Config
+from tf_numba.config import TINY, Config
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOL = str(ROOT / "tools" / "tf_assets.py")
 M64 = (1 << 64) - 1
 

@@ -7,9 +7,10 @@ import pytest
 
 import tf_oracle
 from tf_assets import ToolError
-from tf_numba.checkpoints import GPT2, TINY, Config, checkpoints
+from tf_numba.checkpoints import checkpoints
+from tf_numba.config import GPT2, TINY, Config
+from tests.conftest import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SUMS = {name: FIXTURES / f"tf_oracle_{name}.json" for name in ("tiny_fma", "tiny_nofma", "gpt2_fma", "gpt2_nofma")}
 C_HEX = re.compile(r"^-?0x[01](\.[0-9a-f]*[1-9a-f])?p[-+]\d+$")  # C's %a: no trailing zeros
 

@@ -3,15 +3,13 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tf_numba.cli import main
+from tests.conftest import FIXTURES, PYTHONPATH
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -139,7 +137,7 @@ def test_no_gpu(tiny_assets):
     if not config.ENABLE_CUDASIM:
         pytest.skip("this machine may have a GPU; the check is for machines without one")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = PYTHONPATH
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU even where there is one
     r = subprocess.run([sys.executable, "-m", "tf_numba", "--assets", str(tiny_assets)],
                        env=env, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""The branches of a recorded training step (launch.beside / launch.join): no kernel on the main
+"""The branches of a recorded training step (cudakit.stream.beside / join): no kernel on the main
 stream may write memory that an open branch reads or writes, or read memory that it writes.
 
 The step is recorded against a stand-in for cuda.core's GraphBuilder, with the launch functions
@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from cudakit import stream
+from cudakit.arrays import byte_bounds, is_device_array
 from tf_numba import assets, launch
 from tf_numba.model import TFModel
-from tf_numba.validate import run_step, training_step
+from tf_numba.training import run_step, training_step
 
 # The arguments each kernel writes (positions after the launch's geometry); every other array it reads.
 WRITES = {
@@ -24,7 +26,7 @@ WRITES = {
 
 
 def byte_range(array):
-    return np.lib.array_utils.byte_bounds(array._ary)
+    return byte_bounds(array)
 
 
 class Builder:
@@ -45,14 +47,14 @@ class Builder:
 
 
 def record_step(monkeypatch, m, T, skip_join=None):
-    """Record the training step (validate.training_step); return the hazards: (main kernel,
+    """Record the training step (training.training_step); return the hazards: (main kernel,
     branch kernel, what the main kernel does to the branch's memory)."""
     log = []
     main = Builder(log, "main")
 
     def note(name, args, written):
-        arrays = [(i, a) for i, a in enumerate(args) if hasattr(a, "_ary")]
-        log.append(("launch", launch.Target.stream, name,
+        arrays = [(i, a) for i, a in enumerate(args) if is_device_array(a)]
+        log.append(("launch", stream.Target.stream, name,
                     [byte_range(a) for i, a in arrays if i in written],
                     [byte_range(a) for i, a in arrays if i not in written]))
 
@@ -62,17 +64,17 @@ def record_step(monkeypatch, m, T, skip_join=None):
                                                                                          WRITES[kernel.__name__]))
     monkeypatch.setattr(launch, "matmul", lambda name, a, b, start, out, *rest, **kw: note(name, (a, b, start, out),
                                                                                          {3}))
-    join = launch.join
-    if skip_join is not None:  # (launch.beside's own join of an earlier branch of that name goes too)
-        monkeypatch.setattr(launch, "join", lambda name: None if name == skip_join else join(name))
-    launch.Target.stream, launch.Target.branches = main, {}
+    join = stream.join
+    if skip_join is not None:  # (stream.beside's own join of an earlier branch of that name goes too)
+        monkeypatch.setattr(stream, "join", lambda name: None if name == skip_join else join(name))
+    stream.Target.stream, stream.Target.branches = main, {}
     try:
         training_step(m, T)
-        for name in list(launch.Target.branches):  # what graph.Recorded's join_all does
+        for name in list(stream.Target.branches):  # what stream.record's join_all does
             join(name)
-        assert not launch.Target.branches and launch.Target.stream is main
+        assert not stream.Target.branches and stream.Target.stream is main
     finally:
-        launch.Target.stream, launch.Target.branches = 0, {}
+        stream.Target.stream, stream.Target.branches = 0, {}
 
     def overlap(ranges, others):
         return any(lo < o_hi and o_lo < hi for lo, hi in ranges for o_lo, o_hi in others)
@@ -116,9 +118,9 @@ def test_a_missing_join_is_a_race(monkeypatch, tiny_model, name):
 
 
 def test_eager_launches_do_not_branch():
-    with launch.beside("x"):
-        assert launch.Target.stream == 0
-    assert launch.Target.branches == {}
+    with stream.beside("x"):
+        assert stream.Target.stream == 0
+    assert stream.Target.branches == {}
 
 
 @pytest.mark.gpu
@@ -126,8 +128,9 @@ def test_eager_launches_do_not_branch():
 def test_recorded_step_gives_the_eager_bits(tiny_assets, tiny_input_size, fp_model):
     """The step recorded as a graph (branches and priorities included) and replayed twice leaves
     the gradients and activations_back arenas as the same step launched in program order does."""
-    from tf_numba.benchmark import arena_bits
-    from tf_numba.graph import Recorded
+    from bench_tf import arena_bits
+
+    from cudakit.stream import Recorded
 
     cfg, tensors = assets.load_model(tiny_assets / "model.safetensors")
     data = assets.load_data(tiny_assets / "data", cfg.d_vocab)

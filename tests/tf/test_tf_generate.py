@@ -11,8 +11,8 @@ from tf_numba import assets
 from tf_numba.cli import main
 from tf_numba.generate import GENERATE, generate
 from tf_numba.model import TFModel
+from tests.conftest import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ORACLE = json.loads((FIXTURES / "tf_oracle_tiny_generate.json").read_text())
 # The simulator re-runs the forward pass per token at about 0.4 s per token of context;
 # two tokens prove the loop (greedy tokens depend only on the prefix), the GPU runs all 24.
@@ -45,7 +45,7 @@ def test_generate_gpt2_128(tmp_path_factory):
     """GPT-2 124M-shaped synthetic weights: 128 greedy tokens from a 64-token prompt."""
     from tf_assets import write_synthetic
 
-    from tf_numba.checkpoints import GPT2
+    from tf_numba.config import GPT2
 
     out = tmp_path_factory.mktemp("tf_gpt2_gen")
     write_synthetic(out, GPT2)

@@ -1,53 +1,131 @@
-"""matmul.py's kernels against tf.c's loops written out in Python, element by element, in the C's
-order and with the same roundings (fp.mad / fp.mul, which in the simulator are exact float32
-emulations). Shapes are odd so every tile edge is crossed; rows start past 0 as in generation.
-Simulator only: on a GPU the same kernels are checked, at full size, by the tf.c oracle fixtures."""
+"""Every register-tiled matrix kernel (matmul.py) against the faithful kernel it replaces
+(kernels.py: tf_fc, tf_fc_back, tf_unembedding, tf_unembedding_back, the C's loops with a thread
+per output), bit for bit, launched with the arguments the passes give them.
+
+In the simulator the shapes are small and odd, so every tile edge is crossed (and a small tile
+forces several blocks and staging rounds); on a GPU the shapes are GPT-2's at T = 64 and the
+tiles are the ones tile_for picks there."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from numba import config, cuda
 
+from tf_numba import kernels as K
 from tf_numba import launch
 from tf_numba import matmul as M
-from tf_numba.fp import mad, mul
+from tf_numba.config import GPT2
 
-pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the C loops in Python are simulator-sized")
-
-ROWS, FIRST, END = 6, 1, 5  # out has ROWS rows; the kernel computes rows FIRST..END-1
-COLS, S = 7, 5
-SMALL = M.Tile(1, 2, 2, 2, 4)  # several blocks and staging rounds, each with a ragged edge
-
-
-def reference(kind, a, b, start, out, scale, fused):
-    """The C loop nest for one kind: each output's sum alone, s ascending, from its start value."""
-    k = M.KINDS[kind]
-    want = out.copy()
-    for i in range(FIRST, END):
-        for j in range(COLS):
-            acc = out[i, j] if k.start_out else start[j]
-            for s in range(S):
-                x = a[s, i] if k.a_trans else a[i, s]
-                y = b[j, s] if k.b_by_output else b[s, j]
-                acc = mad(fused, mul(x, y), scale, acc) if k.scaled_product else mad(fused, x, y, acc)
-            want[i, j] = mul(acc, scale) if k.scaled_result else acc
-    return want
+SMALL = M.Tile(1, 2, 2, 2, 4)
+SIM_SHAPE = SimpleNamespace(T=5, D=7, N=9, V=11)
+GPU_SHAPES = [SimpleNamespace(T=64, D=GPT2.d_model, N=n, V=GPT2.d_vocab) for n in (3 * 768, 768, 4 * 768)] + \
+    [SimpleNamespace(T=64, D=4 * 768, N=768, V=GPT2.d_vocab)]  # c_attn, attn.c_proj, c_fc, mlp.c_proj
+FUSED = [pytest.param(True, id="fma"), pytest.param(False, id="nofma")]
 
 
+def random(rng, *shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def rows(first, end):
+    return cuda.to_device(np.array([first, end], dtype=np.int64))
+
+
+def bits(*device_arrays):
+    return [a.copy_to_host().view(np.uint32) for a in device_arrays]
+
+
+def fc(s, fused, rng):
+    """tf_fc: forward.py's launch against the faithful kernel."""
+    weight, bias, inp = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.N), random(rng, s.T, s.D)))
+    tiled, faithful = cuda.device_array((s.T, s.N), np.float32), cuda.device_array((s.T, s.N), np.float32)
+    launch.matmul("tf_fc", inp, weight, bias, tiled, rows(0, s.T), s.T, fused)
+    launch.elementwise(K.tf_fc, s.T * s.N, weight, bias, inp, faithful, s.T, fused)
+    return bits(tiled), bits(faithful)
+
+
+def fc_back(s, fused, rng):
+    """tf_fc_back: backward.fc_back's three launches against the faithful kernel, the parameter
+    gradients starting from what earlier steps left (they accumulate)."""
+    from tf_numba.backward import fc_back as pass_fc_back
+
+    weight, inp, dL_dout = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.T, s.D),
+                                                         random(rng, s.T, s.N)))
+    dweight0, dbias0 = random(rng, s.D, s.N), random(rng, s.N)
+    outs = []
+    for run in ("tiled", "faithful"):
+        dL_dweight, dL_dbias = cuda.to_device(dweight0), cuda.to_device(dbias0)
+        dL_din = cuda.device_array((s.T, s.D), np.float32)
+        if run == "tiled":
+            m = SimpleNamespace(zeros=cuda.to_device(np.zeros(max(s.D, s.N), np.float32)), fused=fused,
+                                rows=lambda end: rows(0, end))
+            pass_fc_back(m, "fc", weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, s.T)
+        else:
+            launch.elementwise(K.tf_fc_back, s.D * s.N + s.N + s.T * s.D, weight, inp, dL_dout, dL_dweight,
+                               dL_dbias, dL_din, s.T, fused)
+        outs.append(bits(dL_dweight, dL_dbias, dL_din))
+    return outs
+
+
+def unembedding(s, fused, rng, first=None):
+    """The unembedding: every row (training), or only row `first` (generation's last row)."""
+    wte, ln_f = cuda.to_device(random(rng, s.V, s.D)), cuda.to_device(random(rng, s.T, s.D))
+    first, end = (0, s.T) if first is None else (first, first + 1)
+    out0 = random(rng, s.T, s.V)  # rows outside [first, end) must stay as they are
+    tiled, faithful = cuda.to_device(out0), cuda.to_device(out0)
+    launch.matmul("tf_unembedding", ln_f, wte, cuda.to_device(np.zeros(s.V, np.float32)), tiled, rows(first, end),
+                  end - first, fused)
+    launch.elementwise(K.tf_unembedding, (end - first) * s.V, wte, ln_f, faithful, rows(first, end), fused)
+    return bits(tiled), bits(faithful)
+
+
+def unembedding_back(s, fused, rng):
+    """The unembedding backward: backward.py's two launches against the faithful kernel."""
+    wte, ln_f, dL_dout = (cuda.to_device(x) for x in (random(rng, s.V, s.D), random(rng, s.T, s.D),
+                                                       random(rng, s.T, s.V)))
+    dwte0 = random(rng, s.V, s.D)
+    r_input_size = np.float32(1.0) / np.float32(s.T)
+    zeros = cuda.to_device(np.zeros(max(s.V, s.D), np.float32))
+    outs = []
+    for run in ("tiled", "faithful"):
+        dL_dwte, dL_din = cuda.to_device(dwte0), cuda.device_array((s.T, s.D), np.float32)
+        if run == "tiled":
+            launch.matmul("tf_unembedding_back_din", dL_dout, wte, zeros, dL_din, rows(0, s.T), s.T, fused,
+                          scale=r_input_size)
+            launch.matmul("tf_unembedding_back_dwte", dL_dout, ln_f, zeros, dL_dwte, rows(0, s.V), s.V, fused,
+                          S=s.T, scale=r_input_size)
+        else:
+            launch.elementwise(K.tf_unembedding_back, s.V * s.D + s.T * s.D, wte, ln_f, dL_dout, dL_dwte, dL_din,
+                               s.T, r_input_size, fused)
+        outs.append(bits(dL_dwte, dL_din))
+    return outs
+
+
+ROUTINES = {"tf_fc": fc, "tf_fc_back": fc_back, "tf_unembedding": unembedding,
+            "tf_unembedding_last_row": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2),
+            "tf_unembedding_back": unembedding_back}
+
+
+def check(routine, shape, fused):
+    tiled, faithful = ROUTINES[routine](shape, fused, np.random.default_rng(len(routine)))
+    for got, want in zip(tiled, faithful):
+        assert np.array_equal(got, want), routine
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="simulator shapes; a GPU runs GPT-2's")
 @pytest.mark.parametrize("small_tile", [False, True], ids=["tile_for", "small_tile"])
-@pytest.mark.parametrize("fused", [True, False], ids=["fma", "nofma"])
-@pytest.mark.parametrize("kind", list(M.KINDS))
-def test_kernel_matches_the_c_loop(kind, fused, small_tile, monkeypatch):
-    k = M.KINDS[kind]
-    rng = np.random.default_rng(len(kind))
-    a = rng.standard_normal((S, ROWS) if k.a_trans else (ROWS, S + 2), dtype=np.float32)  # wider than S
-    b = rng.standard_normal((COLS, S) if k.b_by_output else (S, COLS), dtype=np.float32)
-    start = rng.standard_normal(COLS, dtype=np.float32)
-    out = rng.standard_normal((ROWS, COLS), dtype=np.float32)
-    scale = np.float32(1 / 3)
+@pytest.mark.parametrize("fused", FUSED)
+@pytest.mark.parametrize("routine", list(ROUTINES))
+def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
     if small_tile:
         monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: SMALL)
-    d_out = cuda.to_device(out)
-    launch.matmul(kind, cuda.to_device(a), cuda.to_device(b), cuda.to_device(start), d_out,
-                  cuda.to_device(np.array([FIRST, END], dtype=np.int64)), END - FIRST, fused, S=S, scale=scale)
-    got = d_out.copy_to_host()
-    want = reference(kind, a, b, start, out, scale, fused)
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), kind  # rows outside FIRST..END untouched too
+    check(routine, SIM_SHAPE, fused)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", FUSED)
+@pytest.mark.parametrize("routine", list(ROUTINES))
+def test_tiled_equals_faithful_gpt2(routine, fused):
+    shapes = GPU_SHAPES if routine in ("tf_fc", "tf_fc_back") else GPU_SHAPES[:1]
+    for shape in shapes:
+        check(routine, shape, fused)

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tf_numba import assets
-from tf_numba.checkpoints import GPT2, TF_C_SUMS, c_hex, checkpoints
+from tf_numba.checkpoints import TF_C_SUMS, c_hex, checkpoints
+from tf_numba.config import GPT2
 from tf_numba.model import TFModel
-from tf_numba.probe import dump_time
-from tf_numba.validate import fixture_expected, run_step
+from tf_numba.validation import dump_time
+from tf_numba.training import fixture_expected, run_step
+from tests.conftest import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def check_sums(assets_dir, fixture):
@@ -21,10 +22,10 @@ def check_sums(assets_dir, fixture):
     cfg, tensors = assets.load_model(Path(assets_dir) / "model.safetensors")
     data = assets.load_data(Path(assets_dir) / "data", cfg.d_vocab)
     T, fp_model, expected = fixture_expected(fixture, cfg)
-    probe = run_step(TFModel(cfg, tensors, fp_model), data, T)
+    validation = run_step(TFModel(cfg, tensors, fp_model), data, T)
     # hex strings: exact bits, and a readable diff when one differs
-    assert [(l, n, c_hex(s)) for l, n, s in probe.sums] == [(l, n, c_hex(s)) for l, n, s in expected]
-    return probe
+    assert [(l, n, c_hex(s)) for l, n, s in validation.sums] == [(l, n, c_hex(s)) for l, n, s in expected]
+    return validation
 
 
 @pytest.mark.parametrize("fp_model", ["fma", "nofma"])
@@ -57,8 +58,8 @@ def gpt2_assets(tmp_path_factory):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fp_model", ["fma", "nofma"])
 def test_sums_gpt2(gpt2_assets, fp_model):
-    probe = check_sums(gpt2_assets, FIXTURES / f"tf_oracle_gpt2_{fp_model}.json")
-    for name, stages, total in probe.timings:
+    validation = check_sums(gpt2_assets, FIXTURES / f"tf_oracle_gpt2_{fp_model}.json")
+    for name, stages, total in validation.timings:
         dump_time(f"{name}, {fp_model}, GPT-2 124M shape, T=64", stages, total, sys.stdout)
 
 
@@ -80,7 +81,7 @@ def test_sums_one_layer_live_oracle(tf_c, tmp_path):
     import tf_oracle
     from tf_assets import write_synthetic
 
-    from tf_numba.checkpoints import Config
+    from tf_numba.config import Config
     from tf_numba.generate import generate
 
     cfg = Config(d_vocab=80, d_seq=16, d_model=32, n_heads=2, n_layers=1)

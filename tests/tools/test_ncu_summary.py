@@ -3,7 +3,7 @@ have the columns and the name forms ncu wrote for this project's kernels on the 
 import subprocess
 import sys
 
-from conftest import ROOT
+from tests.conftest import ROOT
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')

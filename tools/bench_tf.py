@@ -1,10 +1,10 @@
-"""Timing the port on a GPU (tools/bench.py's tf entry): forward, forward + backward at T=64
+"""tools/bench.py's tf entry: timing the port on a GPU: forward, forward + backward at T=64
 and 128 generated tokens, beside PyTorch eager fp32 GPT-2 on the same GPU, with the bits
 checked against the oracle fixture, and the speed-up over tf.c's own timers where the fixture
 recorded them (tools/tf_oracle.py, on the CPU that made it).
 
-The training step is recorded as CUDA graphs and replayed (graph.py); each timing is the median
-of five means of `repeats` replays between device synchronisations, after one warm replay. The
+The training step is recorded as CUDA graphs and replayed (cudakit.stream); each timing is the
+median of five means of `repeats` replays between device synchronisations, after one warm replay. The
 eager numbers (kernels launched one by one from Python, no per-stage synchronisation) show what
 the graphs save."""
 import json
@@ -14,12 +14,12 @@ import time
 import numpy as np
 from numba import cuda
 
-from .checkpoints import c_hex
-from .forward import forward
-from .generate import GENERATE, generate, prompt_size
-from .graph import Recorded
-from .probe import sequential_sum
-from .validate import fixture_expected, run_step, training_step
+from cudakit.stream import Recorded
+from tf_numba.checkpoints import c_hex
+from tf_numba.forward import forward
+from tf_numba.generate import GENERATE, generate, prompt_size
+from tf_numba.training import fixture_expected, run_step, training_step
+from tf_numba.validation import sequential_sum
 
 H200_FP32_PEAK = 67e12  # FLOP/s, dense fp32 without tensor cores
 
@@ -82,9 +82,9 @@ def time_tf(m, data, fixture, repeats=20):
     """Our numbers at the fixture's input size; every checkpoint checked first (validation)."""
     T, fp_model, expected = fixture_expected(fixture, m.cfg)
     run_step(m, data, T)  # compiles the kernels
-    probe = run_step(m, data, T)
+    validation = run_step(m, data, T)
     want = {label: s for label, _, s in expected}
-    validated = sum(got == want[label] for label, _, got in probe.sums)
+    validated = sum(got == want[label] for label, _, got in validation.sums)
 
     def step():
         training_step(m, T)
@@ -92,7 +92,7 @@ def time_tf(m, data, fixture, repeats=20):
     result = {"fp_model": fp_model, "input_size": T,
               "validate_checkpoints_match": f"{validated}/{len(expected)}",
               "validate_stage_ms": {name: {k: round(v * 1e3, 3) for k, v in stages.items()}
-                                    for name, stages, _ in probe.timings}}
+                                    for name, stages, _ in validation.timings}}
     f = flops(m.cfg, T)
 
     forward(m, T, last_only=False)  # eager: kernels launched one by one from Python

@@ -7,10 +7,11 @@ import numpy as np
 from . import kernels as K
 from .assets import AssetError
 from .backward import backward, zero_gradients
-from .checkpoints import GPT2, INPUT_SIZE, TF_C_SUMS, Config, c_hex, checkpoints
+from .checkpoints import TF_C_SUMS, c_hex, checkpoints
+from .config import GPT2, INPUT_SIZE, Config
 from .forward import forward
 from . import launch
-from .probe import NO_PROBE, Probe
+from .validation import NO_VALIDATION, Validation
 
 POISON = np.float32(np.nan)  # tf.c fills activations with random bytes; NaN shows any use of them
 
@@ -46,11 +47,11 @@ def fixture_expected(path, cfg: Config):
     return T, fp_model, sums
 
 
-def training_step(m, T, probe=NO_PROBE):
+def training_step(m, T, validation=NO_VALIDATION):
     """tf_process with is_training over tokens[0:T + 1]: gradients zeroed, forward, backward."""
     zero_gradients(m)
-    forward(m, T, last_only=False, probe=probe)
-    backward(m, T, probe)
+    forward(m, T, last_only=False, validation=validation)
+    backward(m, T, validation)
 
 
 def run_step(m, tokens, T):
@@ -63,15 +64,15 @@ def run_step(m, tokens, T):
     m.set_tokens(tokens[: T + 1])
     launch.elementwise(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
     launch.elementwise(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)
-    probe = Probe()
-    training_step(m, T, probe)
-    return probe
+    validation = Validation()
+    training_step(m, T, validation)
+    return validation
 
 
-def report(probe, expected, out):
+def report(validation, expected, out):
     """Print every checkpoint (label, expected, got, PASS/FAIL); return the number failed."""
     failed = 0
-    for (label, count, got), (e_label, e_count, want) in zip(probe.sums, expected):
+    for (label, count, got), (e_label, e_count, want) in zip(validation.sums, expected):
         assert (label, count) == (e_label, e_count), (label, e_label)
         ok = got == want
         failed += not ok

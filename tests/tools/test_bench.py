@@ -2,14 +2,10 @@
 others' files and a non-zero exit, and earlier results are never overwritten. The entries
 themselves need a GPU (they run on the device machine); stand-ins replace them here."""
 import json
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "tools"))
-import bench  # noqa: E402
+import bench
 
 
 @pytest.fixture

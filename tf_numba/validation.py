@@ -1,7 +1,8 @@
 """What validation watches during a pass: tf.c's tf_validation_time and tf_validation_sum.
 
-Passes call `probe.time(stage)` after each stage and `probe.sum(label, array, count)` where tf.c
-checks a sum. Generation passes NO_PROBE, which does nothing, so it never waits on the device.
+Passes call `validation.time(stage)` after each stage and `validation.sum(label, array, count)`
+where tf.c checks a sum. Generation passes NO_VALIDATION, which does nothing (tf.c's
+`tf_validation 0`), so it never waits on the device.
 """
 import time
 
@@ -18,7 +19,7 @@ def sequential_sum(x) -> float:
     return float(np.cumsum(np.asarray(x, dtype=np.float64).reshape(-1))[-1])
 
 
-class NoProbe:
+class NoValidation:
     def start(self):
         pass
 
@@ -32,10 +33,10 @@ class NoProbe:
         pass
 
 
-NO_PROBE = NoProbe()
+NO_VALIDATION = NoValidation()
 
 
-class Probe:
+class Validation:
     """Records every checkpoint sum in order and per-stage times (the device is synchronised
     at each stage boundary, as tf.c's timer reads the clock after each stage)."""
 

@@ -1,0 +1,11 @@
+"""CUDA plumbing that both ports use, the way llm.c keeps its shared `llmc/` headers.
+
+- `devmath`: float32 device arithmetic whose bits are the same on the GPU and in Numba's CUDA
+  simulator (separate roundings, fused multiply-add), and libdevice's functions with simulator
+  stand-ins;
+- `stream`: where launches go (the default stream, or a CUDA graph being recorded, with branches
+  beside it) and recording a graph;
+- `gpu`: whether kernels can run here, and the Numba warnings a user should not see.
+
+Nothing here knows about microgpt.cu or tf.c.
+"""

@@ -1,0 +1,101 @@
+"""cudakit, the plumbing both ports share: the simulator's float32 fused multiply-add is exact (one
+rounding of a*b + c, ties included, against exact rational arithmetic rounded to nearest-even);
+mad's two profiles; the byte range of a device view; a failed recording leaves no stream capturing."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from numba import config
+
+from cudakit import devmath as fp
+
+simulator_only = pytest.mark.skipif(not config.ENABLE_CUDASIM,
+                                    reason="host-callable only in the simulator; the GPU has fma.rn")
+
+
+def rounded(a, b, c):
+    x = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    f = np.float32(float(x))  # within one float32 ulp of the answer
+    candidates = [f, np.nextafter(f, np.float32(np.inf)), np.nextafter(f, np.float32(-np.inf))]
+    return min(candidates, key=lambda y: (abs(Fraction(float(y)) - x), int(np.array(y).view(np.uint32)) & 1))
+
+
+def cases(n):
+    rng = np.random.default_rng(7)
+    for i in range(n):
+        a, b = rng.standard_normal(2).astype(np.float32)
+        kind = i % 4
+        if kind == 0:
+            c = np.float32(rng.standard_normal())
+        elif kind == 1:  # cancellation: c close to -a*b
+            c = np.float32(-(float(a) * float(b)) + float(np.float32(rng.standard_normal() * 1e-7)))
+        elif kind == 2:  # a*b exactly halfway between floats, nudged by a tiny c: the tie cases
+            a = np.float32(1 + 2.0**-23)
+            b = np.float32(1 + 2.0**-23 * int(rng.integers(1, 4)))
+            c = np.float32(float(rng.choice([-1.0, 1.0])) * 2.0 ** -int(rng.integers(20, 50)))
+        else:  # subnormal results
+            a, b = np.float32(rng.standard_normal() * 1e-20), np.float32(rng.standard_normal() * 1e-20)
+            c = np.float32(rng.standard_normal() * 1e-39)
+        yield a, b, c
+
+
+@simulator_only
+def test_simulator_fma_is_correctly_rounded():
+    bad = [(a, b, c) for a, b, c in cases(4000) if fp.fma(a, b, c) != rounded(a, b, c)]
+    assert not bad
+
+
+@simulator_only
+def test_mad_profiles():
+    a, b, c = np.float32(1 + 2.0**-23), np.float32(1 - 2.0**-23), np.float32(-1.0)
+    assert fp.mad(True, a, b, c) == np.float32(-(2.0**-46))  # one rounding keeps the tail
+    assert fp.mad(False, a, b, c) == np.float32(0.0)  # the product rounds to 1 first
+
+
+def test_byte_bounds_of_views():
+    from numba import cuda
+
+    from cudakit.arrays import address, byte_bounds
+
+    base = cuda.device_array((6, 8), dtype=np.float32)
+    lo = address(base)
+    assert byte_bounds(base) == (lo, lo + 6 * 8 * 4)
+    assert byte_bounds(base[2]) == (lo + 2 * 8 * 4, lo + 3 * 8 * 4)
+    assert byte_bounds(base[1:3, 2:5]) == (lo + (8 + 2) * 4, lo + (2 * 8 + 5) * 4)
+    assert byte_bounds(base[:, 7]) == (lo + 7 * 4, lo + (5 * 8 + 8) * 4)
+
+
+def test_failed_recording_leaves_no_capture(monkeypatch):
+    """stream.record ends the capture and forgets its branches when the launches raise."""
+    from cudakit import stream
+
+    class Builder:
+        ended = False
+
+        def begin_building(self):
+            pass
+
+        def split(self, count):
+            return self, Builder()
+
+        @staticmethod
+        def join(a, b):
+            return a
+
+        def end_building(self):
+            Builder.ended = True
+            return self
+
+    class Stream:
+        def create_graph_builder(self):
+            return Builder()
+
+    def launches():
+        with stream.beside("branch"):
+            pass
+        raise RuntimeError("a launch failed")
+
+    monkeypatch.setattr("numba.cuda.synchronize", lambda: None)
+    with pytest.raises(RuntimeError, match="a launch failed"):
+        stream.record(Stream(), launches)
+    assert Builder.ended and stream.Target.stream == 0 and stream.Target.branches == {}
