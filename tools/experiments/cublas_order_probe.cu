@@ -3,7 +3,7 @@
 // bits with candidate orders computed here: the reduction split S ways, lane l summing with fma
 // either k = l, l+S, ... (strided) or its own contiguous chunk of K/S (chunked), then the S partial
 // sums combined by a shfl_down-style tree or sequentially. Prints, per op and shape, how many
-// outputs each candidate reproduces exactly. Build: nvcc -O3 -arch=sm_90 tools/cublas_order_probe.cu -lcublas
+// outputs each candidate reproduces exactly. Build: nvcc -O3 -arch=sm_90 tools/experiments/cublas_order_probe.cu -lcublas
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
