@@ -1,9 +1,15 @@
-"""Reading assets/: model.safetensors, enc and data, with tf.c's checks and one more.
+"""Reading assets/: model.safetensors, enc and data, with tf.c's checks and more; and GPT-2's
+tokenizer. tools/tf_assets.py and tools/tf_oracle.py read through this module too.
 
 Every problem raises AssetError with one line that names it and says how to fix it.
 """
+import base64
+import contextlib
+import hashlib
 import json
+import math
 import os
+import re
 import struct
 
 import numpy as np
@@ -12,10 +18,37 @@ from .config import Config
 
 DATA_SIZE_MAX = 1_000_000  # tf.c's tf_data_size_max, in bytes
 D_K_GPT2 = 64  # tf.c's tf_d_k: the head width when the file does not say how many heads
+AGAIN = "fetch or generate the file again"
+
+GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_RANKS = 50256  # mergeable ranks; <|endoftext|> is token 50256
+# sha256 of GPT-2's ranks written in tiktoken's format ("base64 rank\n", by rank): tiktoken's
+# published r50k_base.tiktoken, whose ranks are GPT-2's.
+GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 
 
 class AssetError(Exception):
     """A bad or missing asset; str() is the one line to print."""
+
+
+def excerpt(value, limit=60) -> str:
+    """A JSON value as a short one-line excerpt, for messages."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def _opened(path, missing: str):
+    """The file open for reading; a missing one raises AssetError(missing), any other OS error
+    (permissions, a folder in its place, an I/O error) one line with the OS's reason."""
+    try:
+        with open(path, "rb") as f:
+            yield f
+    except FileNotFoundError:
+        raise AssetError(missing) from None
+    except OSError as exc:
+        raise AssetError(f"cannot read {path}: {exc.strerror or exc}: make it a readable file "
+                         f"(check its permissions, or make it again)") from None
 
 
 def parameter_shapes(cfg: Config):
@@ -42,100 +75,136 @@ def parameter_shapes(cfg: Config):
 
 
 def _missing_model(path):
-    return AssetError(
-        f"{path} not found: get GPT-2 124M with `python tools/tf_assets.py download --out "
-        f"{os.path.dirname(path) or '.'}` (needs a network), or run on synthetic weights made by "
-        f"`python tools/tf_assets.py synth --preset gpt2 --out DIR` with --assets DIR"
-    )
+    return (f"{path} not found: get GPT-2 124M with `python tools/tf_assets.py download --out "
+            f"{os.path.dirname(path) or '.'}` (needs a network), or run on synthetic weights made by "
+            f"`python tools/tf_assets.py synth --preset gpt2 --out DIR` with --assets DIR")
 
 
-def _header(path):
-    """The safetensors JSON header, checked the way the format defines it."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+def is_int(value):
+    """A JSON integer: true and false are not sizes, though Python's bool is an int."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_tensor(path, name, entry, data_size):
+    """One header entry's fields, each type and range checked before it is used."""
+    def bad(what):
+        return AssetError(f"{path}: tensor {name!r}: {what}: {AGAIN}")
+
+    if not isinstance(entry, dict):
+        raise bad(f"the entry must be an object, got {excerpt(entry)}")
+    for field in ("dtype", "shape", "data_offsets"):
+        if field not in entry:
+            raise bad(f"{field} is missing")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        raise bad(f"dtype must be a string, got {excerpt(dtype)}")
+    if not isinstance(shape, list) or not all(is_int(n) and n >= 0 for n in shape):
+        raise bad(f"shape must be a list of non-negative integers, got {excerpt(shape)}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(is_int(n) for n in offsets):
+        raise bad(f"data_offsets must be two integers, got {excerpt(offsets)}")
+    begin, end = offsets
+    if not 0 <= begin <= end:
+        raise bad(f"data_offsets must be 0 <= begin <= end, got {excerpt(offsets)}")
+    if end > data_size:
+        raise AssetError(f"{path} is truncated: tensor {name!r}'s data_offsets end at byte {end} of the "
+                         f"data, which has {data_size} bytes: {AGAIN}")
+    if dtype == "F32" and end - begin != math.prod(shape) * 4:
+        raise bad(f"data_offsets {excerpt(offsets)} hold {end - begin} bytes, but F32 of shape "
+                  f"{excerpt(shape)} is {math.prod(shape) * 4}")
+
+
+def read_header(path):
+    """(header dict, raw JSON bytes) of a safetensors file, every entry checked the way the
+    format defines it: `__metadata__` an object of strings, each tensor's dtype, shape and
+    data_offsets (inside the file)."""
+    with _opened(path, _missing_model(path)) as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         if len(head) < 8:
-            raise AssetError(f"{path} is truncated ({size} bytes, no header): fetch or generate it again")
+            raise AssetError(f"{path} is truncated ({size} bytes, no header): {AGAIN}")
         (json_size,) = struct.unpack("<Q", head)
         if 8 + json_size > size:
-            raise AssetError(
-                f"{path} is truncated: its header says {json_size} bytes of JSON but the file has "
-                f"{size} bytes: fetch or generate it again"
-            )
+            raise AssetError(f"{path} is truncated: its header says {json_size} bytes of JSON but the file "
+                             f"has {size} bytes: {AGAIN}")
         raw = f.read(json_size)
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
-        raise AssetError(f"{path}: the header is not JSON, so this is not a safetensors file: fetch or generate it again") from None
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deep for a header
+        raise AssetError(f"{path}: the header is not JSON, so this is not a safetensors file: {AGAIN}") from None
     if not isinstance(header, dict):
-        raise AssetError(f"{path}: the header is not a JSON object, so this is not a safetensors file: fetch or generate it again")
-    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-    if 8 + json_size + end > size:
-        raise AssetError(
-            f"{path} is truncated: its tensors need {8 + json_size + end} bytes, the file has {size}: "
-            f"fetch or generate it again"
-        )
-    return header
+        raise AssetError(f"{path}: the header is not a JSON object, so this is not a safetensors file: {AGAIN}")
+    for name, entry in header.items():
+        if name != "__metadata__":
+            _check_tensor(path, name, entry, size - 8 - json_size)
+        elif not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+            raise AssetError(f"{path}: __metadata__ must be an object of strings, got {excerpt(entry)}: {AGAIN}")
+    return header, raw
+
+
+def _n_heads(header, path, d_model):
+    """The file's metadata `n_head` (HF's name) when it has one, else tf.c's head width of 64."""
+    meta = header.get("__metadata__", {})
+    if "n_head" not in meta:
+        if d_model % D_K_GPT2:
+            raise AssetError(f"{path} has no n_head metadata, so heads are {D_K_GPT2} wide (tf.c's tf_d_k), "
+                             f"but d_model {d_model} is not a multiple of {D_K_GPT2}: regenerate it with "
+                             f"tools/tf_assets.py synth, which records n_head")
+        return d_model // D_K_GPT2
+    n_head = meta["n_head"]
+    if not re.fullmatch(r"[0-9]+", n_head) or int(n_head) == 0 or d_model % int(n_head):
+        raise AssetError(f"{path}: metadata n_head {n_head!r} must be a positive integer that divides "
+                         f"d_model {d_model}: regenerate it with tools/tf_assets.py synth")
+    return int(n_head)
 
 
 def config_from_header(header, path) -> Config:
-    """(vocab, seq, d_model, heads, layers) from the tensors' shapes; heads from the file's
-    metadata `n_head` (HF's name) when it has one, else tf.c's head width of 64."""
-    for name in ("wte.weight", "wpe.weight"):
+    """(vocab, seq, d_model, heads, layers) from a checked header (read_header), and every tensor
+    tf.c reads checked for its name, dtype F32 and shape."""
+    for name, rows in (("wte.weight", "d_vocab"), ("wpe.weight", "d_seq")):
         if name not in header:
             raise AssetError(f"{path} has no tensor {name!r}: it is not a GPT-2 safetensors file")
-        if len(header[name]["shape"]) != 2:
-            raise AssetError(f"{path}: {name} has shape {header[name]['shape']}, expected 2 dimensions")
+        shape = header[name]["shape"]
+        if len(shape) != 2 or 0 in shape:
+            raise AssetError(f"{path}: tensor {name!r} has shape {shape}, expected [{rows}, d_model], "
+                             f"both at least 1: {AGAIN}")
     d_vocab, d_model = header["wte.weight"]["shape"]
     d_seq = header["wpe.weight"]["shape"][0]
     n_layers = 0
     while f"h.{n_layers}.ln_1.weight" in header:
         n_layers += 1
-    meta = header.get("__metadata__") or {}
-    try:
-        n_heads = int(meta["n_head"]) if "n_head" in meta else d_model // D_K_GPT2
-    except ValueError:
-        raise AssetError(f"{path}: metadata n_head={meta['n_head']!r} is not an integer") from None
-    if n_layers == 0 or n_heads <= 0 or d_model % n_heads:
-        raise AssetError(
-            f"{path}: cannot read a GPT-2 shape from it (d_model={d_model}, layers={n_layers}, "
-            f"heads={n_heads}): regenerate it with tools/tf_assets.py"
-        )
-    return Config(d_vocab=d_vocab, d_seq=d_seq, d_model=d_model, n_heads=n_heads, n_layers=n_layers)
+    if n_layers == 0:
+        raise AssetError(f"{path} has no layers (no tensor 'h.0.ln_1.weight'): it is not a GPT-2 safetensors file")
+    cfg = Config(d_vocab=d_vocab, d_seq=d_seq, d_model=d_model, n_heads=_n_heads(header, path, d_model),
+                 n_layers=n_layers)
+    for name, shape in parameter_shapes(cfg):
+        if name not in header:
+            raise AssetError(f"{path} has no tensor {name!r}: {AGAIN}")
+        entry = header[name]
+        if entry["dtype"] != "F32":
+            raise AssetError(f"{path}: {name} has dtype {entry['dtype']}, expected F32: {AGAIN}")
+        if tuple(entry["shape"]) != shape:
+            raise AssetError(f"{path}: {name} has shape {entry['shape']}, expected {list(shape)}: {AGAIN}")
+    return cfg
 
 
 def load_model(path):
-    """(Config, {name: float32 array}) for every tensor tf.c uses, each checked for name,
-    dtype F32 and shape, read with the safetensors library."""
+    """(Config, {name: float32 array}) for every tensor tf.c uses, the header checked here
+    (read_header, config_from_header), the tensors read with the safetensors library."""
     from safetensors import SafetensorError, safe_open
 
-    if not os.path.isfile(path):
-        raise _missing_model(path)
-    header = _header(path)
-    cfg = config_from_header(header, path)
-    tensors = {}
+    cfg = config_from_header(read_header(path)[0], path)
     try:
-        with safe_open(path, framework="numpy") as f:
-            names = set(f.keys())
-            for name, shape in parameter_shapes(cfg):
-                if name not in names:
-                    raise AssetError(f"{path} has no tensor {name!r}: regenerate or re-download the file")
-                piece = f.get_slice(name)
-                if piece.get_dtype() != "F32":
-                    raise AssetError(f"{path}: {name} has dtype {piece.get_dtype()}, expected F32")
-                if tuple(piece.get_shape()) != shape:
-                    raise AssetError(f"{path}: {name} has shape {list(piece.get_shape())}, expected {list(shape)}")
-                tensors[name] = f.get_tensor(name)
-    except SafetensorError as exc:
-        raise AssetError(f"{path} is not a readable safetensors file ({exc}): fetch or generate it again") from None
+        with safe_open(str(path), framework="numpy") as f:
+            tensors = {name: f.get_tensor(name) for name, _ in parameter_shapes(cfg)}
+    except (SafetensorError, OSError) as exc:
+        raise AssetError(f"{path} is not a readable safetensors file ({exc}): {AGAIN}") from None
     return cfg, tensors
 
 
 def load_enc(path, d_vocab):
     """tf.c's decoder: a list of the byte string of every token id."""
-    if not os.path.isfile(path):
-        raise AssetError(f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`")
-    raw = open(path, "rb").read()
+    with _opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
+        raw = f.read()
     table_size = d_vocab * 8
     if len(raw) <= table_size:
         raise AssetError(
@@ -158,14 +227,14 @@ def load_enc(path, d_vocab):
 
 def load_data(path, d_vocab):
     """The token ids of assets/data (little-endian uint16)."""
-    if not os.path.isfile(path):
-        raise AssetError(f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`")
-    size = os.path.getsize(path)
-    if size > DATA_SIZE_MAX:
-        raise AssetError(f"{path} has {size} bytes, more than tf.c's {DATA_SIZE_MAX}: use a shorter text")
-    if size % 2:
-        raise AssetError(f"{path} has an odd length ({size} bytes), so it is not uint16 tokens: make it again")
-    tokens = np.fromfile(path, dtype="<u2")
+    with _opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > DATA_SIZE_MAX:
+            raise AssetError(f"{path} has {size} bytes, more than tf.c's {DATA_SIZE_MAX}: use a shorter text")
+        raw = f.read()
+    if len(raw) % 2:
+        raise AssetError(f"{path} has an odd length ({len(raw)} bytes), so it is not uint16 tokens: make it again")
+    tokens = np.frombuffer(raw, dtype="<u2")
     if tokens.size == 0:
         raise AssetError(f"{path} is empty: make it from a text with `python tools/tf_assets.py text`")
     if int(tokens.max()) >= d_vocab:
@@ -175,3 +244,71 @@ def load_data(path, d_vocab):
             f"make the data with the same vocabulary as the weights"
         )
     return tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2's tokenizer
+
+
+def _tokenizer(call, failed, fix):
+    """call() with any tokenizer failure as one line: tiktoken's Rust panics arrive as pyo3's
+    PanicException, a BaseException."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        raise AssetError(f"{failed} ({type(exc).__name__}): {fix}") from None
+
+
+def _tiktoken_listing(ranks) -> bytes:
+    """The ranks in tiktoken's file format, by rank: the same bytes however the file was laid out."""
+    return b"".join(b"%s %d\n" % (base64.b64encode(token), ranks[token]) for token in sorted(ranks, key=ranks.get))
+
+
+def gpt2_ranks(bpe_file) -> dict:
+    """{token bytes: rank} from a .tiktoken file, refused unless they are exactly GPT-2's.
+
+    Read here, not with tiktoken.load.load_tiktoken_bpe, which caches local files by path in
+    the temp folder and then reads the cached copy even after the file changes."""
+    with _opened(bpe_file, f"--bpe-file {bpe_file} not found: pass GPT-2's gpt2.tiktoken ranks file") as f:
+        raw = f.read()
+    try:
+        ranks = {base64.b64decode(token): int(rank)
+                 for token, rank in (line.split() for line in raw.splitlines() if line)}
+    except ValueError:  # a line that is not `base64 rank`
+        raise AssetError(f"--bpe-file {bpe_file} is not a .tiktoken ranks file (lines of `base64 rank`): "
+                         f"pass GPT-2's gpt2.tiktoken") from None
+    if len(ranks) != GPT2_RANKS:
+        problem = f"has {len(ranks)} ranks, GPT-2 has {GPT2_RANKS}"
+    elif sorted(ranks.values()) != list(range(GPT2_RANKS)):
+        problem = f"has ranks that are not 0 to {GPT2_RANKS - 1}, each once"
+    elif not all(bytes([b]) in ranks for b in range(256)):
+        problem = "lacks some of the 256 single-byte tokens"
+    elif hashlib.sha256(_tiktoken_listing(ranks)).hexdigest() != GPT2_RANKS_SHA256:
+        problem = "has tokens or an order that are not GPT-2's"
+    else:
+        return ranks
+    raise AssetError(f"--bpe-file {bpe_file} {problem}, so text would be tokenized wrong: pass GPT-2's "
+                     f"gpt2.tiktoken")
+
+
+def gpt2_encoding(bpe_file=None):
+    """tiktoken's GPT-2 encoding: from a .tiktoken ranks file (offline), or tiktoken's own, which
+    it downloads."""
+    import tiktoken
+
+    if bpe_file is None:
+        return _tokenizer(lambda: tiktoken.get_encoding("gpt2"), "tiktoken could not fetch GPT-2's tokenizer",
+                          "offline, pass --bpe-file PATH to a gpt2.tiktoken ranks file")
+    ranks = gpt2_ranks(bpe_file)  # checked first: a wrong table makes tiktoken panic or tokenize wrong
+    return _tokenizer(lambda: tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
+                                                special_tokens={"<|endoftext|>": GPT2_RANKS}),
+                      f"tiktoken could not build GPT-2's tokenizer from {bpe_file}", "pass GPT-2's gpt2.tiktoken")
+
+
+def encode_prompt(text, bpe_file):
+    """GPT-2's token ids of text (special tokens as plain text)."""
+    encoding = gpt2_encoding(bpe_file)
+    return _tokenizer(lambda: encoding.encode_ordinary(text), "GPT-2's tokenizer failed on the text",
+                      "reinstall tiktoken (pip install --force-reinstall tiktoken)")

@@ -5,11 +5,12 @@ import json
 import numpy as np
 
 from . import kernels as K
-from .assets import AssetError
+from .assets import AssetError, excerpt, is_int
 from .backward import backward, zero_gradients
 from .checkpoints import TF_C_SUMS, c_hex, checkpoints
 from .config import GPT2, INPUT_SIZE, Config
 from .forward import forward
+from .fp import FP_MODELS
 from . import launch
 from .validation import NO_VALIDATION, Validation
 
@@ -27,23 +28,58 @@ def tf_c_expected(cfg: Config):
 
 
 def fixture_expected(path, cfg: Config):
-    """An oracle fixture's (input size, fp model, [(label, count, sum)]), checked against cfg."""
+    """An oracle fixture's (input size, fp model, [(label, count, sum)]), every field checked,
+    the configuration and checkpoints against cfg's."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             fixture = json.load(f)
-        fc = fixture["config"]
-        fixture_cfg = Config(*(fc[k] for k in ("d_vocab", "d_seq", "d_model", "n_heads", "n_layers")))
-        T = int(fc["input_size"])
-        sums = [(c["label"], int(c["count"]), float.fromhex(c["sum"])) for c in fixture["checkpoints"]]
-        fp_model = fixture["fp_model"]
     except OSError as exc:
-        raise AssetError(f"cannot read --expected {path}: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError):
-        raise AssetError(f"--expected {path} is not an oracle fixture (tools/tf_oracle.py writes them)") from None
+        raise AssetError(f"cannot read --expected {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deep for a fixture
+        raise AssetError(f"--expected {path} is not JSON, so not an oracle fixture (tools/tf_oracle.py "
+                         f"writes them)") from None
+
+    def bad(what):
+        return AssetError(f"--expected {path}: {what}: pick an oracle fixture (tools/tf_oracle.py writes them)")
+
+    def field(obj, key, where, ok, kind):
+        if key not in obj:
+            raise bad(f"{where} is missing")
+        if not ok(obj[key]):
+            raise bad(f"{where} must be {kind}, got {excerpt(obj[key])}")
+        return obj[key]
+
+    if not isinstance(fixture, dict):
+        raise bad(f"it must be a JSON object, got {excerpt(fixture)}")
+    fc = field(fixture, "config", "config", lambda v: isinstance(v, dict), "an object")
+    sizes = {k: field(fc, k, f"config.{k}", is_int, "an integer")
+             for k in ("d_vocab", "d_seq", "d_model", "n_heads", "n_layers", "input_size")}
+    T = sizes.pop("input_size")
+    fixture_cfg = Config(**sizes)
     if fixture_cfg != cfg:
         raise AssetError(f"--expected {path} was made for {fixture_cfg}, but the weights are {cfg}: pick its fixture")
-    if [(l, n) for l, n, _ in sums] != checkpoints(cfg, T):
-        raise AssetError(f"--expected {path}: its checkpoints are not tf.c's 39 for this configuration")
+    if not 1 <= T <= cfg.d_seq:
+        raise bad(f"config.input_size must be 1 to d_seq {cfg.d_seq}, got {T}")
+    fp_model = field(fixture, "fp_model", "fp_model", lambda v: v in FP_MODELS, f"one of {', '.join(FP_MODELS)}")
+    entries = field(fixture, "checkpoints", "checkpoints", lambda v: isinstance(v, list), "a list")
+    expected = checkpoints(cfg, T)
+    if len(entries) != len(expected):
+        raise bad(f"it has {len(entries)} checkpoints, tf.c has {len(expected)}")
+    sums = []
+    for i, (entry, (label, count)) in enumerate(zip(entries, expected)):
+        where = f"checkpoints[{i}]"
+        if not isinstance(entry, dict):
+            raise bad(f"{where} must be an object, got {excerpt(entry)}")
+        got = (field(entry, "label", f"{where}.label", lambda v: isinstance(v, str), "a string"),
+               field(entry, "count", f"{where}.count", is_int, "an integer"))
+        if got != (label, count):
+            raise bad(f"{where} is {got[0]!r} of {got[1]} elements, but tf.c's is {label!r} of {count} "
+                      f"for this configuration and input size")
+        text = field(entry, "sum", f"{where}.sum", lambda v: isinstance(v, str), "a hex float string")
+        try:
+            sums.append((label, count, float.fromhex(text)))
+        except (ValueError, OverflowError):
+            raise bad(f"{where}.sum must be a hex float (C's %a), got {excerpt(text)}") from None
     return T, fp_model, sums
 
 

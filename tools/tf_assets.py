@@ -1,4 +1,4 @@
-"""Assets that tf.c and tf_numba read: model.safetensors, enc and data.
+"""Assets that tf.c and tf_numba read: model.safetensors, enc and data (read by tf_numba.assets).
 
   text      text -> data (GPT-2 tokens as little-endian uint16) and enc (tf.c's decoder file)
   download  GPT-2 124M model.safetensors from its public model hub
@@ -9,8 +9,10 @@ the same bits on every machine and numpy version. Nothing is overwritten without
 every file is written to a temporary name in the same folder, then renamed.
 """
 import argparse
+import contextlib
 import dataclasses
 import hashlib
+import http.client
 import json
 import math
 import os
@@ -23,14 +25,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tf_numba.assets import AssetError, encode_prompt, gpt2_encoding  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
 
 DATA_SIZE_MAX = 1_000_000  # tf.c's tf_data_size_max, in bytes
 GPT2_ENC_SIZE = 722_883  # tf.c's tf_enc_file_size
 GPT2_FILE_SIZE = 548_105_171  # tf.c's tf_safetensor_file_size
 GPT2_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/model.safetensors"
-GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-GPT2_EOT = 50256
 # The tiny preset's training step: T inputs (tf.c's `input_size = 64`, patched by the oracle).
 TINY_INPUT_SIZE = 8
 PRESETS = {"tiny": TINY, "gpt2": GPT2}
@@ -38,7 +39,8 @@ CHUNK = 1 << 22  # elements hashed at a time: bounds memory for the 124M file
 
 
 class ToolError(Exception):
-    """Bad input or environment: main() prints it as one line and exits non-zero."""
+    """Bad input or environment: main() prints it as one line and exits 1 (as it does the package's
+    AssetError)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,73 +182,7 @@ def write_synthetic(out_dir, cfg: Config, n_tokens: int = INPUT_SIZE + 1, *, bpe
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading safetensors the way tf.c does
-
-
-def read_header(path):
-    """(header dict, raw JSON bytes) of a safetensors file."""
-    with open(path, "rb") as f:
-        json_size = int.from_bytes(f.read(8), "little")
-        raw = f.read(json_size)
-    if len(raw) != json_size:
-        raise ToolError(f"{path} is not a safetensors file (header cut short); regenerate it")
-    return json.loads(raw), raw
-
-
-def tf_offset_size(json_raw: bytes, key: str):
-    """tf.c's key search: the first `key` in the JSON, then the first `"data_offsets":[` after
-    it (the value begins 15 bytes after `data_offsets`); returns (offset, size) in bytes."""
-    start = json_raw.find(key.encode())
-    if start < 0:
-        raise ToolError(f"tf.c finds no {key!r} in the safetensors header; use a GPT-2-layout file")
-    start = json_raw.find(b"data_offsets", start) + 15
-    comma = json_raw.index(b",", start)
-    end = json_raw.index(b"]", comma)
-    offset = int(json_raw[start:comma])
-    return offset, int(json_raw[comma + 1:end]) - offset
-
-
-def config_from_file(path) -> Config:
-    """Sizes from the tensor shapes; heads from `__metadata__.n_head`, or GPT-2's 12."""
-    header, _ = read_header(path)
-    try:
-        V, D = header["wte.weight"]["shape"]
-        S = header["wpe.weight"]["shape"][0]
-    except (KeyError, ValueError) as exc:
-        raise ToolError(f"{path} has no GPT-2 wte.weight/wpe.weight ({exc}); use a GPT-2-layout file") from None
-    L = sum(1 for name in header if name.startswith("h.") and name.endswith(".ln_1.weight"))
-    heads = header.get("__metadata__", {}).get("n_head")
-    if heads is None:
-        if (V, S, D, L) != (GPT2.d_vocab, GPT2.d_seq, GPT2.d_model, GPT2.n_layers):
-            raise ToolError(f"{path} does not say its head count (__metadata__.n_head); remake it with synth")
-        heads = GPT2.n_heads
-    return Config(d_vocab=V, d_seq=S, d_model=D, n_heads=int(heads), n_layers=L)
-
-
-# ---------------------------------------------------------------------------------------------
-# GPT-2's tokenizer, tf.c's enc and data
-
-
-def gpt2_encoding(bpe_file=None):
-    """tiktoken's gpt2 encoding: from a .tiktoken ranks file, or downloaded by tiktoken."""
-    import tiktoken
-
-    if bpe_file is None:
-        try:
-            return tiktoken.get_encoding("gpt2")
-        except Exception as exc:
-            raise ToolError(f"tiktoken could not fetch the gpt2 encoding ({type(exc).__name__}); "
-                            "offline, pass --bpe-file PATH to a gpt2.tiktoken ranks file") from None
-    from tiktoken.load import load_tiktoken_bpe
-
-    try:
-        ranks = load_tiktoken_bpe(str(bpe_file))
-    except Exception as exc:
-        raise ToolError(f"cannot read BPE ranks from {bpe_file} ({exc}); pass a gpt2.tiktoken file") from None
-    if len(ranks) != GPT2_EOT:
-        raise ToolError(f"{bpe_file} has {len(ranks)} ranks, GPT-2 has {GPT2_EOT}; pass a gpt2.tiktoken file")
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": GPT2_EOT})
+# tf.c's enc and data, from GPT-2's tokenizer (tf_numba.assets)
 
 
 def gpt2_enc_tokens(encoding) -> list:
@@ -260,12 +196,6 @@ def encode_enc(tokens: list) -> bytes:
     return np.stack([offsets, sizes], axis=1).tobytes() + b"".join(tokens)
 
 
-def decode_enc(raw: bytes, d_vocab: int) -> list:
-    items = np.frombuffer(raw, dtype="<u4", count=2 * d_vocab).reshape(d_vocab, 2)
-    text = raw[8 * d_vocab:]
-    return [text[o:o + s] for o, s in items.tolist()]
-
-
 def encode_data(tokens) -> bytes:
     data = np.asarray(tokens, dtype="<u2").tobytes()
     if len(data) > DATA_SIZE_MAX:
@@ -274,29 +204,31 @@ def encode_data(tokens) -> bytes:
     return data
 
 
-def decode_data(raw: bytes) -> np.ndarray:
-    return np.frombuffer(raw, dtype="<u2")
-
-
 def write_text_assets(text_file, out_dir, bpe_file=None, force=False) -> None:
-    encoding = gpt2_encoding(bpe_file)
     try:
         text = Path(text_file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(f"cannot read {text_file} as UTF-8 text ({exc}); pass a text file") from None
-    data = encode_data(encoding.encode_ordinary(text))
-    enc = encode_enc(gpt2_enc_tokens(encoding))
+    if not text:  # GPT-2's BPE gives any other text at least one token
+        raise ToolError(f"{text_file} holds no text, so data would be empty (tf_numba refuses it); pass a text file")
+    data = encode_data(encode_prompt(text, bpe_file))
+    enc = encode_enc(gpt2_enc_tokens(gpt2_encoding(bpe_file)))
     write_files(Path(out_dir), {"data": lambda: [data], "enc": lambda: [enc]}, force)
 
 
 def download(out_dir, url=GPT2_URL, force=False) -> None:
     """Fetch GPT-2 124M's model.safetensors and keep it only if its size is tf.c's."""
+    try:
+        request = urllib.request.Request(url)
+    except ValueError as exc:  # no scheme: urllib's "unknown url type"
+        raise ToolError(f"--url {url!r} is not a URL ({exc}); pass an https:// or file:// address") from None
+
     def chunks():
         try:
-            with urllib.request.urlopen(url, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=60) as response:
                 while block := response.read(1 << 20):
                     yield block
-        except OSError as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             raise ToolError(f"cannot download {url} ({exc}); this needs a network, or copy the file in by hand") from None
 
     write_files(Path(out_dir), {"model.safetensors": chunks}, force, expect_size=GPT2_FILE_SIZE)
@@ -307,17 +239,28 @@ def download(out_dir, url=GPT2_URL, force=False) -> None:
 
 
 def write_files(out_dir: Path, files: dict, force: bool, expect_size=None) -> None:
-    """Write {name: () -> iterable of bytes} into out_dir, each through a temporary file and a
-    rename; refuse before writing anything if one exists and force is off."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ToolError(f"{out_dir} is not a folder; pass a folder to --out")
-    existing = [str(out_dir / name) for name in files if (out_dir / name).exists()]
-    if existing and not force:
-        raise ToolError(f"{', '.join(existing)} already exists; pass --force to replace it")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, chunks in files.items():
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
-        try:
+    """Write {name: () -> iterable of bytes} into out_dir, making it if needed. Refuse before
+    writing anything if one exists and force is off. Every file goes to a temporary name in
+    out_dir and all are renamed at the end, so a failure leaves none of them, nor a folder
+    that this call made."""
+    made, temporaries, done = [], [], False
+    try:
+        missing = []  # out_dir and the parents to make, deepest first
+        folder = out_dir
+        while not folder.exists():  # also False under a regular file
+            missing.append(folder)
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ToolError(f"cannot write in {out_dir}: {folder} is a file, not a folder; pick another --out")
+        existing = [str(out_dir / name) for name in files if (out_dir / name).exists()]
+        if existing and not force:
+            raise ToolError(f"{', '.join(existing)} already exists; pass --force to replace it")
+        for path in reversed(missing):
+            path.mkdir()
+            made.append(path)
+        for name, chunks in files.items():
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+            temporaries.append((tmp, out_dir / name))
             with os.fdopen(fd, "wb") as f:
                 for block in chunks():
                     f.write(block)
@@ -325,10 +268,19 @@ def write_files(out_dir: Path, files: dict, force: bool, expect_size=None) -> No
             if expect_size is not None and size != expect_size:
                 raise ToolError(f"{name} is {size} bytes, expected {expect_size}; the download is not GPT-2 124M")
             os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide assets from other users
-            os.replace(tmp, out_dir / name)
-        finally:
-            if os.path.exists(tmp):
+        for tmp, path in temporaries:
+            os.replace(tmp, path)
+        done = True
+    except OSError as exc:
+        raise ToolError(f"cannot write in {out_dir} ({exc.strerror or exc}); pick another --out") from None
+    finally:
+        for tmp, _ in temporaries:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        if not done:
+            for path in reversed(made):
+                with contextlib.suppress(OSError):  # not empty: someone else wrote there, leave it
+                    path.rmdir()
 
 
 def sha256(path) -> str:
@@ -343,9 +295,16 @@ def sha256(path) -> str:
 # Command line
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error as one line, exit status 2 (bad data and failed runs exit 1); tf_oracle.py's too."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog.split()[0]}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="tf_assets.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="tf_assets.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     text = sub.add_parser("text", help="text -> data and enc (GPT-2 tokenizer)")
@@ -384,9 +343,9 @@ def main(argv=None):
             sizes = {k: getattr(args, k) for k in Config.__dataclass_fields__ if getattr(args, k) is not None}
             cfg = dataclasses.replace(PRESETS[args.preset], **sizes)
             write_synthetic(args.out, cfg, args.tokens, bpe_file=args.bpe_file, force=args.force)
-    except ToolError as exc:
+    except (ToolError, AssetError) as exc:
         print(f"tf_assets.py: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     print(f"tf_assets.py: wrote {args.out}", file=sys.stderr)
     return 0
 

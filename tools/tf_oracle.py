@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tf_assets import ToolError, config_from_file, decode_data, read_header, sha256, write_files  # noqa: E402
+from tf_assets import OneLineParser, ToolError, sha256, write_files  # noqa: E402
+from tf_numba.assets import AssetError, config_from_header, load_data, load_enc, read_header  # noqa: E402
 from tf_numba.checkpoints import checkpoints  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, Config  # noqa: E402
 
@@ -137,35 +138,31 @@ def cpu_name():
         return platform.processor() or platform.machine()
 
 
-def asset_record(assets: Path):
+def asset_record(assets: Path, header: dict):
     """How the assets were made (the synth command in the file's metadata) and their digests."""
-    header, _ = read_header(assets / "model.safetensors")
     made_by = header.get("__metadata__", {}).get("made_by", "not recorded in model.safetensors")
     return {"made_by": made_by, **{f"sha256({name})": sha256(assets / name) for name in ("model.safetensors", "enc", "data")}}
 
 
 def run_oracle(tf_c, assets, fp_model, input_size=INPUT_SIZE, generate=None):
     """Build and run tf.c on the assets: (checkpoint record, generation record or None)."""
-    tf_c, assets = Path(tf_c), Path(assets)
-    if not tf_c.is_file():
-        raise ToolError(f"{tf_c} is not a file; pass the seed tf.c to --tf-c")
-    for name in ("model.safetensors", "enc", "data"):
-        if not (assets / name).is_file():
-            raise ToolError(f"{assets / name} is missing; make the assets with tools/tf_assets.py")
-    cfg = config_from_file(assets / "model.safetensors")
-    data = decode_data((assets / "data").read_bytes())
+    assets = Path(assets)
+    source = read_tf_c(tf_c)
+    # tf_numba's reader, with its checks: tf.c itself asserts or reads garbage on a bad file.
+    header, json_raw = read_header(assets / "model.safetensors")
+    cfg = config_from_header(header, assets / "model.safetensors")
+    load_enc(assets / "enc", cfg.d_vocab)
+    data = load_data(assets / "data", cfg.d_vocab)
     if not 1 <= input_size <= cfg.d_seq or len(data) < input_size + 1:
         raise ToolError(f"--input-size {input_size} needs 1..{cfg.d_seq} inputs and {input_size + 1} data tokens "
                         f"(data has {len(data)}); lower --input-size")
     if generate is not None and not 1 <= generate < cfg.d_seq:
         raise ToolError(f"--generate {generate} must be 1..{cfg.d_seq - 1} so the prompt fits d_seq")
     compiler, major = clang_version()
-    _, json_raw = read_header(assets / "model.safetensors")
     files = {"enc": (assets / "enc").stat().st_size, "json": len(json_raw),
              "model.safetensors": (assets / "model.safetensors").stat().st_size}
-    source = Path(tf_c).read_text()
     config = {**cfg.__dict__, "input_size": input_size}
-    common = {"config": config, "fp_model": fp_model, "compiler": compiler, "assets": asset_record(assets)}
+    common = {"config": config, "fp_model": fp_model, "compiler": compiler, "assets": asset_record(assets, header)}
 
     with tempfile.TemporaryDirectory(prefix="tf_oracle.") as work:
         stderr, stdout = build_and_run(patch(source, patches(cfg, input_size, files, major)), fp_model, assets,
@@ -194,9 +191,18 @@ def run_oracle(tf_c, assets, fp_model, input_size=INPUT_SIZE, generate=None):
     return record, generation
 
 
+def read_tf_c(tf_c) -> str:
+    try:
+        return Path(tf_c).read_text()
+    except OSError as exc:
+        raise ToolError(f"cannot read {tf_c} ({exc.strerror or exc}); pass the seed tf.c to --tf-c") from None
+    except UnicodeDecodeError:
+        raise ToolError(f"{tf_c} is not UTF-8 text; pass the seed tf.c to --tf-c") from None
+
+
 def seed_constants(tf_c) -> list:
     """tf.c's own expected sums (for the real GPT-2 weights), as written in the seed, in order."""
-    return SEED_CONSTANT.findall(Path(tf_c).read_text())
+    return SEED_CONSTANT.findall(read_tf_c(tf_c))
 
 
 def seed_constants_record(tf_c, command):
@@ -220,8 +226,8 @@ def write_json(path, record, force):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="tf_oracle.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="tf_oracle.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tf-c", required=True, help="the seed tf.c (read, never modified)")
     parser.add_argument("--assets", help="folder with model.safetensors, enc, data (tools/tf_assets.py)")
     parser.add_argument("--fp-model", choices=sorted(PROFILES), default="fma", help="floating-point profile")
@@ -255,9 +261,9 @@ def main(argv=None):
         write_json(args.out, {"command": command, **record}, args.force)
         if generation is not None:
             write_json(args.generate_out, {"command": command, **generation}, args.force)
-    except ToolError as exc:
+    except (ToolError, AssetError) as exc:
         print(f"tf_oracle.py: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     return 0
 
 

@@ -1,4 +1,5 @@
-"""tools/tf_assets.py: the synthetic generator, enc and data files, safetensors layout, CLI."""
+"""tools/tf_assets.py: the synthetic generator, enc and data files, safetensors layout, CLI.
+Files are read back with tf_numba.assets, the one reader the package and the tools share."""
 import json
 import math
 import subprocess
@@ -9,8 +10,9 @@ import pytest
 from safetensors.numpy import load_file
 
 import tf_assets
-from tf_assets import (GPT2_ENC_SIZE, ToolError, decode_data, decode_enc, encode_data, encode_enc, hash64,
-                       read_header, synthetic_values, tensor_shapes, tf_offset_size, write_synthetic)
+from tf_assets import (GPT2_ENC_SIZE, ToolError, encode_data, encode_enc, hash64, synthetic_values, tensor_shapes,
+                       write_synthetic)
+from tf_numba.assets import AssetError, config_from_header, load_data, load_enc, read_header
 from tf_numba.config import TINY, Config
 from tests.conftest import ROOT
 
@@ -64,6 +66,15 @@ def test_safetensors_library_loads_the_tiny_file(tiny_assets):
     assert abs(tensors["h.0.mlp.c_fc.weight"].std() - 1 / math.sqrt(TINY.d_model)) < 0.01
 
 
+def tf_offset_size(json_raw: bytes, key: str):
+    """tf.c's key search: the first `key` in the JSON, then the first `"data_offsets":[` after
+    it (the value begins 15 bytes after `data_offsets`); returns (offset, size) in bytes."""
+    start = json_raw.find(b"data_offsets", json_raw.index(key.encode())) + 15
+    comma = json_raw.index(b",", start)
+    offset = int(json_raw[start:comma])
+    return offset, int(json_raw[comma + 1:json_raw.index(b"]", comma)]) - offset
+
+
 def test_tf_c_key_search_finds_every_tensor(tiny_assets):
     header, json_raw = read_header(tiny_assets / "model.safetensors")
     looked_up = ["wte", "wpe", "ln_f.bias", "ln_f.weight"] + [
@@ -79,18 +90,20 @@ def test_tf_c_key_search_finds_every_tensor(tiny_assets):
 
 
 def test_synthetic_enc_and_data(tiny_assets):
-    tokens = decode_enc((tiny_assets / "enc").read_bytes(), TINY.d_vocab)
+    tokens = load_enc(tiny_assets / "enc", TINY.d_vocab)
     assert len(set(tokens)) == TINY.d_vocab and all(tokens)
-    data = decode_data((tiny_assets / "data").read_bytes())
+    data = load_data(tiny_assets / "data", TINY.d_vocab)
     assert len(data) == 65 and data.max() < TINY.d_vocab
 
 
-def test_enc_and_data_round_trip():
+def test_enc_and_data_round_trip(tmp_path):
     tokens = [b"a", b"bc", b"\xff\x00", b"<|endoftext|>"]
     raw = encode_enc(tokens)
-    assert len(raw) == 8 * 4 + sum(map(len, tokens)) and decode_enc(raw, 4) == tokens
+    (tmp_path / "enc").write_bytes(raw)
+    assert len(raw) == 8 * 4 + sum(map(len, tokens)) and load_enc(tmp_path / "enc", 4) == tokens
     ids = [0, 1, 50256, 65535, 7]
-    assert decode_data(encode_data(ids)).tolist() == ids
+    (tmp_path / "data").write_bytes(encode_data(ids))
+    assert load_data(tmp_path / "data", 65536).tolist() == ids
     assert encode_data(ids)[:4] == b"\x00\x00\x01\x00"  # little-endian uint16
     with pytest.raises(ToolError, match="1000000-byte data limit"):
         encode_data(np.zeros(500_001, dtype=np.uint16))
@@ -109,11 +122,10 @@ def test_gpt2_enc_is_tf_c_size(bpe_file, tmp_path):
     text.write_text("Hello world, a test of the enc.\n")
     subprocess.run([sys.executable, TOOL, "text", "--input", str(text), "--out", str(tmp_path / "a"),
                     "--bpe-file", str(bpe_file)], check=True, capture_output=True)
-    enc = (tmp_path / "a" / "enc").read_bytes()
-    assert len(enc) == GPT2_ENC_SIZE
-    tokens = decode_enc(enc, 50257)
+    assert (tmp_path / "a" / "enc").stat().st_size == GPT2_ENC_SIZE
+    tokens = load_enc(tmp_path / "a" / "enc", 50257)
     assert tokens[50256] == b"<|endoftext|>" and all(tokens)
-    data = decode_data((tmp_path / "a" / "data").read_bytes())
+    data = load_data(tmp_path / "a" / "data", 50257)
     assert b"".join(tokens[t] for t in data).decode() == text.read_text()
 
 
@@ -130,7 +142,7 @@ def test_help(sub):
 def test_never_overwrites_without_force(tmp_path):
     (tmp_path / "enc").write_bytes(b"user file")
     done = run_tool("synth", "--preset", "tiny", "--out", str(tmp_path))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--force" in done.stderr
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--force" in done.stderr
     assert (tmp_path / "enc").read_bytes() == b"user file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc"]
     assert run_tool("synth", "--preset", "tiny", "--out", str(tmp_path), "--force").returncode == 0
@@ -139,23 +151,100 @@ def test_never_overwrites_without_force(tmp_path):
 
 def test_bad_sizes_are_one_line(tmp_path):
     done = run_tool("synth", "--preset", "tiny", "--heads", "3", "--out", str(tmp_path))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "multiple of heads" in done.stderr
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "multiple of heads" in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def one_line(done, code, *words):
+    """The tool failed with exit status `code` and one line `tf_assets.py: error: ...` holding words."""
+    assert done.returncode == code, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("tf_assets.py: error: "), done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
 
 
 def test_download_checks_the_size(tmp_path):
     small = tmp_path / "small.bin"
     small.write_bytes(b"not gpt-2")
-    done = run_tool("download", "--out", str(tmp_path / "a"), "--url", small.as_uri())
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "548105171" in done.stderr
-    assert not any((tmp_path / "a").iterdir())
-    done = run_tool("download", "--out", str(tmp_path / "b"), "--url", "http://127.0.0.1:9/none")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot download" in done.stderr
+    one_line(run_tool("download", "--out", str(tmp_path / "a"), "--url", small.as_uri()), 1, "548105171")
+    assert not (tmp_path / "a").exists()  # the folder it made goes too
+    one_line(run_tool("download", "--out", str(tmp_path / "b"), "--url", "http://127.0.0.1:9/none"), 1,
+             "cannot download")
+    assert not (tmp_path / "b").exists()
+
+
+def test_failed_download_removes_only_what_it_made(tmp_path):
+    # New nested folders go; an existing folder and its other files stay, with no temporary left.
+    one_line(run_tool("download", "--out", str(tmp_path / "new" / "sub"), "--url", "http://127.0.0.1:9/none"), 1)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("user file")
+    one_line(run_tool("download", "--out", str(tmp_path / "mine" / "a"), "--url", "http://127.0.0.1:9/none"), 1)
+    one_line(run_tool("download", "--out", str(tmp_path / "mine"), "--url", "http://127.0.0.1:9/none"), 1)
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "user file"
+
+
+def test_url_that_is_not_a_url(tmp_path):
+    one_line(run_tool("download", "--out", str(tmp_path / "a"), "--url", "notaurl"), 1, "notaurl", "not a URL")
+    assert not (tmp_path / "a").exists()
+
+
+def test_out_under_a_regular_file(tmp_path):
+    (tmp_path / "somefile").write_text("user file")
+    one_line(run_tool("synth", "--out", str(tmp_path / "somefile" / "sub")), 1, "somefile", "not a folder")
+    assert (tmp_path / "somefile").read_text() == "user file"
+
+
+def test_text_refuses_an_empty_file(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    # Refused before the tokenizer loads, so no --bpe-file is needed.
+    one_line(run_tool("text", "--input", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "a")), 1,
+             "empty.txt", "no text")
+    assert not (tmp_path / "a").exists()
+
+
+def test_text_refuses_a_truncated_bpe_file(bpe_file, tmp_path):
+    # The package's checked tokenizer: a cut ranks file would tokenize into single bytes.
+    cut = tmp_path / "cut.tiktoken"
+    cut.write_bytes(b"".join(bpe_file.read_bytes().splitlines(keepends=True)[:1000]))
+    (tmp_path / "t.txt").write_text("Hello world")
+    one_line(run_tool("text", "--input", str(tmp_path / "t.txt"), "--out", str(tmp_path / "a"),
+                      "--bpe-file", str(cut)), 1, "cut.tiktoken", "1000 ranks")
+    assert not (tmp_path / "a").exists()
+
+
+def test_usage_error_is_one_line_exit_2(tmp_path):
+    one_line(run_tool("synth"), 2, "--out")
+    one_line(run_tool("synth", "--out", str(tmp_path), "--heads", "four"), 2, "--heads")
+    assert not any(tmp_path.iterdir())
 
 
 def test_other_sizes_write_consistent_files(tmp_path):
     cfg = Config(d_vocab=130, d_seq=16, d_model=32, n_heads=2, n_layers=1)
     write_synthetic(tmp_path, cfg, n_tokens=20)
-    assert tf_assets.config_from_file(tmp_path / "model.safetensors") == cfg
-    assert len(decode_enc((tmp_path / "enc").read_bytes(), 130)) == 130
-    assert len(decode_data((tmp_path / "data").read_bytes())) == 20
+    path = tmp_path / "model.safetensors"
+    assert config_from_header(read_header(path)[0], path) == cfg
+    assert len(load_enc(tmp_path / "enc", 130)) == 130
+    assert len(load_data(tmp_path / "data", 130)) == 20
+
+
+def without_n_head(path):
+    """Rewrite a safetensors file with its metadata's n_head dropped (the real GPT-2 file has none)."""
+    header, raw = read_header(path)
+    del header["__metadata__"]["n_head"]
+    new = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(len(new).to_bytes(8, "little") + new + path.read_bytes()[8 + len(raw):])
+
+
+def test_heads_without_n_head_are_64_wide(tmp_path):
+    # tf.c's tf_d_k: with no n_head a file has d_model / 64 heads, for the tools and the package alike.
+    cfg = Config(d_vocab=130, d_seq=16, d_model=128, n_heads=8, n_layers=1)
+    write_synthetic(tmp_path, cfg, n_tokens=20)
+    path = tmp_path / "model.safetensors"
+    without_n_head(path)
+    assert config_from_header(read_header(path)[0], path).n_heads == 2
+    write_synthetic(tmp_path, Config(d_vocab=130, d_seq=16, d_model=96, n_heads=2, n_layers=1), 20, force=True)
+    without_n_head(path)
+    with pytest.raises(AssetError, match="no n_head metadata.*d_model 96 is not a multiple of 64"):
+        config_from_header(read_header(path)[0], path)

@@ -1,6 +1,7 @@
 """tools/tf_oracle.py and its fixtures: tf.c, rebuilt here, must reproduce them bit for bit."""
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,13 +81,42 @@ def test_a_different_tf_c_is_refused(tf_c, tiny_assets, tmp_path):
         tf_oracle.run_oracle(edited, tiny_assets, "fma", 8)
 
 
+def one_line_error(capsys, code, argv, *words):
+    """tf_oracle.py fails with exit status `code` and one line `tf_oracle.py: error: ...` holding words."""
+    try:
+        rc = tf_oracle.main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == code and err.count("\n") == 1 and err.startswith("tf_oracle.py: error: "), (rc, err)
+    for word in words:
+        assert word in err, err
+
+
 def test_cli_errors_are_one_line(tiny_assets, tmp_path, capsys):
     out = tmp_path / "out.json"
     out.write_text("user file")
-    assert tf_oracle.main(["--tf-c", "x.c", "--assets", str(tiny_assets), "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--force" in err and out.read_text() == "user file"
-    assert tf_oracle.main(["--tf-c", str(tmp_path / "none.c"), "--assets", str(tiny_assets),
-                           "--out", str(tmp_path / "new.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--tf-c" in err and not (tmp_path / "new.json").exists()
+    one_line_error(capsys, 1, ["--tf-c", "x.c", "--assets", str(tiny_assets), "--out", str(out)], "--force")
+    assert out.read_text() == "user file"
+    one_line_error(capsys, 1, ["--tf-c", str(tmp_path / "none.c"), "--assets", str(tiny_assets),
+                               "--out", str(tmp_path / "new.json")], "none.c", "--tf-c")
+    assert not (tmp_path / "new.json").exists()
+
+
+def test_usage_errors_are_one_line_exit_2(tmp_path, capsys):
+    one_line_error(capsys, 2, ["--tf-c", "x.c"], "--out")
+    one_line_error(capsys, 2, ["--tf-c", "x.c", "--assets", str(tmp_path), "--out", str(tmp_path / "o.json"),
+                               "--generate", "4"], "--generate-out")
+
+
+def test_bad_assets_are_read_by_tf_numba(tiny_assets, tmp_path, capsys):
+    # The package's reader and its one-line errors, before clang is needed.
+    shutil.copytree(tiny_assets, tmp_path / "assets")
+    (tmp_path / "tf.c").write_text("/* not read this far */")
+    (tmp_path / "assets" / "data").write_bytes(b"\0")
+    argv = ["--tf-c", str(tmp_path / "tf.c"), "--assets", str(tmp_path / "assets"), "--out", str(tmp_path / "o.json")]
+    one_line_error(capsys, 1, argv, "data", "odd length")
+    (tmp_path / "assets" / "model.safetensors").unlink()
+    (tmp_path / "assets" / "model.safetensors").mkdir()
+    one_line_error(capsys, 1, argv, "model.safetensors", "Is a directory")
+    assert not (tmp_path / "o.json").exists()
