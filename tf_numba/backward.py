@@ -98,7 +98,7 @@ def backward(m, T, validation=NO_VALIDATION):
             validation.sum(f"backward.{last}.res_2.in_2", b.res_2.in_2, T * D)
 
         stream.join("attn.c_proj")  # the layer above's reads b.res_1.out
-        launch.elementwise(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, T)
+        launch.elementwise(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, m.rows(T), T)
         validation.time("res_2")
         if top:
             validation.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
@@ -139,7 +139,7 @@ def backward(m, T, validation=NO_VALIDATION):
 
         below = b.embedding.out if layer_i == 0 else b.res_2.out
         stream.join("mlp.c_proj")  # this layer's reads b.res_2.out
-        launch.elementwise(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, T)
+        launch.elementwise(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, m.rows(T), T)
         validation.time("res_1")
         if top:  # tf.c sums res_2.out here, also when (one layer) the add wrote the embedding's
             validation.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)

@@ -61,7 +61,7 @@ def checkpoints(cfg: Config, input_size: int = INPUT_SIZE):
     ]
 
 
-# tf.c's own expected sums (the `tf_validation_sum` constants of shared/seeds/tf.c, in order),
+# tf.c's own expected sums (the `tf_validation_sum` constants of the seed tf.c, in order),
 # valid for the real GPT-2 124M weights under tf.c's build (fma) at INPUT_SIZE inputs.
 TF_C_SUMS = [float.fromhex(h) for h in """
     -0x1.e86f2c2adep+4 -0x1.4e34ee18da56ap+8 -0x1.9f967d2b7f151p+11 0x1.c64a4db1bfcdep+8

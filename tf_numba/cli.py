@@ -1,20 +1,32 @@
-"""python -m tf_numba: tf.c's generation, or with --validate its checked training step."""
+"""python -m tf_numba: tf.c's generation, or with --validate its checked training step.
+
+Exit status: 0 done; 1 bad data (a missing or malformed asset, an unusable fixture, no GPU) or a
+failed check (a checkpoint that differs); 2 a usage error (a bad or meaningless option)."""
 import argparse
+import math
 import os
 import sys
 
 from .assets import AssetError
 from .fp import FP_MODELS
-from .generate import GENERATE, prompt_size
+from .generate import GENERATE, default_tokens, prompt_size
+
+PROG = "python -m tf_numba"
+# Options of generation, which mean nothing to --validate (tf.c's training step).
+GENERATION_OPTIONS = ("prompt", "bpe_file", "tokens", "recompute", "temperature", "top_k", "seed")
+
+
+class UsageError(Exception):
+    """A bad or meaningless option: one line, exit status 2."""
 
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
-        raise AssetError(f"{message} (see python -m tf_numba --help)")
+        raise UsageError(f"{message} (see {PROG} --help)")
 
 
 def parse_args(argv):
-    p = OneLineParser(prog="python -m tf_numba", description=(
+    p = OneLineParser(prog=PROG, description=(
         "GPT-2 on the GPU, ported from tf.c: greedy generation from assets/data (or --prompt), "
         "or with --validate tf.c's training step with its 39 checkpoint sums."))
     p.add_argument("--assets", default="assets", help="folder with model.safetensors, enc and data (default: assets)")
@@ -22,68 +34,79 @@ def parse_args(argv):
                    help="which products fuse with adds: fma (tf.c's clang build, default) or nofma")
     p.add_argument("--validate", action="store_true", help="run tf.c's training step and check its 39 sums")
     p.add_argument("--expected", metavar="FILE",
-                   help="oracle fixture with the expected sums and input size (default: tf.c's constants)")
+                   help="with --validate: an oracle fixture with the expected sums and input size "
+                        "(default: tf.c's constants)")
     p.add_argument("--prompt", metavar="TEXT", help="generate from this text instead of assets/data")
-    p.add_argument("--bpe-file", metavar="PATH", help="GPT-2 .tiktoken ranks file, to encode --prompt offline")
-    p.add_argument("--tokens", type=int, default=GENERATE, metavar="N", help=f"tokens to generate (default {GENERATE})")
-    return p.parse_args(argv)
+    p.add_argument("--bpe-file", metavar="PATH",
+                   help="with --prompt: a GPT-2 .tiktoken ranks file, to encode the prompt offline "
+                        "(without it tiktoken downloads GPT-2's encoding)")
+    p.add_argument("--tokens", type=int, metavar="N",
+                   help=f"tokens to generate (default {GENERATE}, tf.c's; half the context for models of "
+                        f"fewer than {2 * GENERATE} positions)")
+    p.add_argument("--recompute", action="store_true",
+                   help="recompute the whole forward pass for every token, as tf.c does (the default keeps "
+                        "every row in the activations and computes only the new one: the same tokens)")
+    p.add_argument("--temperature", type=float, metavar="T",
+                   help="sample instead of taking the most probable token: probabilities raised to 1/T "
+                        "(default 0: greedy, tf.c's)")
+    p.add_argument("--top-k", type=int, metavar="K", help="with --temperature: sample among the K most probable")
+    p.add_argument("--seed", type=int, metavar="S", help="with --temperature: the sampler's seed (default 0)")
+    args = p.parse_args(argv)
+    check_options(args)
+    return args
+
+
+def check_options(args):
+    """Refuse what the options cannot mean before anything is loaded."""
+    given = [name for name in GENERATION_OPTIONS if getattr(args, name) not in (None, False)]
+    if args.validate and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"{flag} means nothing with --validate, which runs tf.c's training step: drop it")
+    if args.expected and not args.validate:
+        raise UsageError("--expected means nothing without --validate: add --validate or drop --expected")
+    if args.bpe_file and args.prompt is None:
+        raise UsageError("--bpe-file only encodes --prompt: add --prompt TEXT or drop --bpe-file")
+    if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise UsageError(f"--temperature must be a finite number >= 0 (0: greedy), got {args.temperature}")
+    sampling = bool(args.temperature)
+    if not sampling and (args.top_k is not None or args.seed is not None):
+        flag = "--top-k" if args.top_k is not None else "--seed"
+        raise UsageError(f"{flag} only shapes sampling, and greedy decoding draws nothing: add --temperature T > 0")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed must be a non-negative integer, got {args.seed}")
+    if args.tokens is not None and args.tokens < 1:
+        raise UsageError(f"--tokens must be at least 1, got {args.tokens}")
 
 
 def check_gpu():
-    from numba import config, cuda
+    from cudakit.gpu import unavailable_reason
 
-    if config.ENABLE_CUDASIM:
-        return
-    try:
-        ok = cuda.is_available()
-    except Exception:
-        ok = False
-    if not ok:
-        raise AssetError("no CUDA GPU found: run on a machine with an NVIDIA GPU and driver, or set "
-                         "NUMBA_ENABLE_CUDASIM=1 to use Numba's (slow) simulator with tiny weights")
-
-
-def encode_prompt(text, bpe_file):
-    import tiktoken
-
-    try:
-        if bpe_file:
-            from tiktoken.load import load_tiktoken_bpe
-
-            encoding = tiktoken.Encoding(
-                name="gpt2",
-                pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
-                mergeable_ranks=load_tiktoken_bpe(bpe_file),
-                special_tokens={"<|endoftext|>": 50256},
-            )
-        else:
-            encoding = tiktoken.get_encoding("gpt2")
-    except Exception as exc:
-        if bpe_file:
-            raise AssetError(f"cannot read --bpe-file {bpe_file} ({type(exc).__name__}): give GPT-2's "
-                             f".tiktoken ranks file") from None
-        raise AssetError(f"cannot load GPT-2's tokenizer ({type(exc).__name__}): pass --bpe-file PATH "
-                         f"(a gpt2.tiktoken ranks file) to encode --prompt offline") from None
-    return encoding.encode_ordinary(text)
+    reason = unavailable_reason()
+    if reason is not None:
+        raise AssetError(f"{reason}: run on a machine with an NVIDIA GPU and driver, or set "
+                         "NUMBA_ENABLE_CUDASIM=1 to use Numba's (slow) simulator with tiny weights "
+                         "(python tools/tf_assets.py synth --preset tiny --out DIR)")
 
 
 def validate(args, cfg, tensors, data):
     from .model import TFModel
-    from .validation import dump_time
     from .training import fixture_expected, report, run_step, tf_c_expected
+    from .validation import dump_time
 
     if args.expected:
         T, fp_model, expected = fixture_expected(args.expected, cfg)
         if args.fp_model and args.fp_model != fp_model:
-            raise AssetError(f"--expected {args.expected} holds {fp_model} sums but --fp-model is {args.fp_model}: "
+            raise UsageError(f"--expected {args.expected} holds {fp_model} sums but --fp-model is {args.fp_model}: "
                              f"drop --fp-model or pick the {args.fp_model} fixture")
     else:
         T, fp_model, expected = tf_c_expected(cfg)
         if args.fp_model == "nofma":
-            raise AssetError("tf.c's constants come from its fma build: use --fp-model fma, or --expected "
+            raise UsageError("tf.c's constants come from its fma build: use --fp-model fma, or --expected "
                              "with a nofma oracle fixture")
+    print(f"tf_numba --validate: {cfg}, input size {T}, fp model {fp_model}", flush=True)
     validation = run_step(TFModel(cfg, tensors, fp_model), data, T)
-    print(f"tf_numba --validate: {cfg}, input size {T}, fp model {fp_model}")
     failed = report(validation, expected, sys.stdout)
     for name, stages, total in validation.timings:
         dump_time(name, stages, total, sys.stdout)
@@ -92,25 +115,28 @@ def validate(args, cfg, tensors, data):
 
 
 def generate_text(args, cfg, tensors, data, enc):
-    from .generate import generate
+    from .assets import encode_prompt
+    from .generate import Sampler, generate
     from .model import TFModel
 
-    n = args.tokens
-    if not 1 <= n < cfg.d_seq:
-        raise AssetError(f"--tokens {n}: the model holds {cfg.d_seq} tokens, so pick 1 to {cfg.d_seq - 1}")
+    n = default_tokens(cfg.d_seq) if args.tokens is None else args.tokens
+    if n >= cfg.d_seq:
+        raise UsageError(f"--tokens {n}: the model holds {cfg.d_seq} tokens, so pick 1 to {cfg.d_seq - 1}")
+    if args.top_k is not None and args.top_k > cfg.d_vocab:
+        raise UsageError(f"--top-k {args.top_k} is more than the vocabulary's {cfg.d_vocab} tokens")
     if args.prompt is not None:
         prompt = encode_prompt(args.prompt, args.bpe_file)
         if not prompt:
-            raise AssetError("--prompt is empty: give some text")
+            raise UsageError("--prompt is empty: give some text")
         if max(prompt) >= cfg.d_vocab:
             raise AssetError(f"--prompt encodes to token {max(prompt)}, not below these weights' vocabulary "
                              f"of {cfg.d_vocab}: use GPT-2-sized weights for text prompts")
         if len(prompt) + n > cfg.d_seq:
-            raise AssetError(f"--prompt is {len(prompt)} tokens; with --tokens {n} that exceeds d_seq "
+            raise UsageError(f"--prompt is {len(prompt)} tokens; with --tokens {n} that exceeds d_seq "
                              f"{cfg.d_seq}: shorten one of them")
     else:
-        size = prompt_size(len(data), cfg.d_seq, n)
-        prompt = [int(t) for t in data[:size]]
+        prompt = [int(t) for t in data[:prompt_size(len(data), cfg.d_seq, n)]]
+    sampler = Sampler(args.temperature, args.top_k, args.seed or 0) if args.temperature else None
     m = TFModel(cfg, tensors, args.fp_model or "fma")
     out = sys.stdout.buffer
     for t in prompt:
@@ -121,17 +147,20 @@ def generate_text(args, cfg, tensors, data, enc):
         out.write(enc[token])
         out.flush()
 
-    generate(m, prompt, n, emit)
+    generate(m, prompt, n, emit, recompute=args.recompute, sampler=sampler)
     out.write(b"\n")
     out.flush()
     return 0
 
 
 def main(argv=None):
+    from cudakit.gpu import quiet
+
     from . import assets
 
     try:
         args = parse_args(argv)
+        quiet()
         check_gpu()
         cfg, tensors = assets.load_model(os.path.join(args.assets, "model.safetensors"))
         enc = assets.load_enc(os.path.join(args.assets, "enc"), cfg.d_vocab)
@@ -139,6 +168,12 @@ def main(argv=None):
         if args.validate:
             return validate(args, cfg, tensors, data)
         return generate_text(args, cfg, tensors, data, enc)
-    except AssetError as exc:
+    except UsageError as exc:
         print(f"tf_numba: error: {exc}", file=sys.stderr)
         return 2
+    except AssetError as exc:
+        print(f"tf_numba: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader left early (e.g. `| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -4,17 +4,23 @@ from . import launch
 from .validation import NO_VALIDATION
 
 
-def forward(m, T, last_only, validation=NO_VALIDATION):
+def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     """The forward pass over tokens[0:T]. Training unembeds every row, as tf.c does; generation
     (last_only) unembeds only the row in m.last_rows, which lives on the device so a recorded
     pass can serve several lengths: rows past the current length are computed too, harmlessly,
-    since no row reads a later one (attention is causal)."""
+    since no row reads a later one (attention is causal).
+
+    With `rows` (m.last_rows: one row, which the device advances) the pass computes that row
+    only, in every layer: the decode step. Every earlier row is in the activations arena from
+    the passes before, and each of the row's sums runs in the order the full pass runs it, so
+    its bits are the full pass's; T then only bounds the keys attention may read. softmax=False
+    leaves the unembedded row as logits (sampling reads them)."""
     cfg, p, a, fused = m.cfg, m.parameters, m.activations, m.fused
     D, H, V, d_k = cfg.d_model, cfg.n_heads, cfg.d_vocab, cfg.d_k
-    rows = m.rows(T)
+    rows, n = (m.rows(T), T) if rows is None else (rows, 1)
     validation.start()
 
-    launch.elementwise(K.tf_embedding, T * D, p.wte.weight, p.wpe.weight, m.tokens, a.embedding.out, T)
+    launch.elementwise(K.tf_embedding, n * D, p.wte.weight, p.wpe.weight, m.tokens, a.embedding.out, rows, n)
     validation.time("embedding")
     validation.sum("forward.embedding", a.embedding.out, T * D)
 
@@ -23,58 +29,62 @@ def forward(m, T, last_only, validation=NO_VALIDATION):
         first = layer_i == 0
         layer_in = a.embedding.out if first else a.h[layer_i - 1].res_2.out
 
-        launch.ln(w.ln_1.weight, w.ln_1.bias, layer_in, x.ln_1.r_std, x.ln_1.mean, x.ln_1.out, T, fused)
+        launch.ln(w.ln_1.weight, w.ln_1.bias, layer_in, x.ln_1.r_std, x.ln_1.mean, x.ln_1.out, rows, n, fused)
         validation.time("ln_1")
         if first:
             validation.sum("forward.h0.ln_1", x.ln_1.out, T * D)
 
-        launch.matmul("tf_fc", x.ln_1.out, w.attn.c_attn.weight, w.attn.c_attn.bias, x.attn.c_attn.out, rows, T, fused)
+        launch.matmul("tf_fc", x.ln_1.out, w.attn.c_attn.weight, w.attn.c_attn.bias, x.attn.c_attn.out, rows, n, fused)
         validation.time("attn.c_attn")
         if first:
             validation.sum("forward.h0.attn.c_attn", x.attn.c_attn.out, T * 3 * D)
 
-        launch.elementwise(K.tf_attn_scores, H * T * T, x.attn.c_attn.out, x.attn.softmax.out, T, d_k, m.rsqrt_d_k, fused)
-        launch.blocks(K.tf_attn_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, T)
-        launch.elementwise(K.tf_attn_z, T * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, T, d_k, fused)
+        launch.elementwise(K.tf_attn_scores, H * n * T, x.attn.c_attn.out, x.attn.softmax.out, rows, n, T, d_k,
+                           m.rsqrt_d_k, fused)
+        launch.blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, x.attn.softmax.out, rows, n)
+        launch.elementwise(K.tf_attn_z, n * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, rows, n, d_k,
+                           fused)
         validation.time("attn.z")
         if first:
             validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)
 
-        launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, T, fused)
+        launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, n, fused)
         validation.time("attn.c_proj")
         if first:
             validation.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)
 
-        launch.elementwise(K.tf_add, T * D, layer_in, x.attn.c_proj.out, x.res_1.out, T)
+        launch.elementwise(K.tf_add, n * D, layer_in, x.attn.c_proj.out, x.res_1.out, rows, n)
         validation.time("res_1")
 
-        launch.ln(w.ln_2.weight, w.ln_2.bias, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, x.ln_2.out, T, fused)
+        launch.ln(w.ln_2.weight, w.ln_2.bias, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, x.ln_2.out, rows, n, fused)
         validation.time("ln_2")
         if first:
             validation.sum("forward.h0.ln_2", x.ln_2.out, T * D)
 
-        launch.matmul("tf_fc", x.ln_2.out, w.mlp.c_fc.weight, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, T, fused)
+        launch.matmul("tf_fc", x.ln_2.out, w.mlp.c_fc.weight, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, n, fused)
         validation.time("mlp.c_fc")
 
-        launch.elementwise(K.tf_gelu, T * 4 * D, x.mlp.c_fc.out, x.mlp.gelu.out, T)
+        launch.elementwise(K.tf_gelu, n * 4 * D, x.mlp.c_fc.out, x.mlp.gelu.out, rows, n)
         validation.time("mlp.gelu")
 
-        launch.matmul("tf_fc", x.mlp.gelu.out, w.mlp.c_proj.weight, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, T, fused)
+        launch.matmul("tf_fc", x.mlp.gelu.out, w.mlp.c_proj.weight, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, n,
+                      fused)
         validation.time("mlp.c_proj")
         if first:
             validation.sum("forward.h0.mlp.c_proj", x.mlp.c_proj.out, T * D)
 
-        launch.elementwise(K.tf_add, T * D, x.res_1.out, x.mlp.c_proj.out, x.res_2.out, T)
+        launch.elementwise(K.tf_add, n * D, x.res_1.out, x.mlp.c_proj.out, x.res_2.out, rows, n)
         validation.time("res_2")
 
     last = a.h[cfg.n_layers - 1].res_2.out
-    launch.ln(p.ln_f.weight, p.ln_f.bias, last, a.ln_f.r_std, a.ln_f.mean, a.ln_f.out, T, fused)
+    launch.ln(p.ln_f.weight, p.ln_f.bias, last, a.ln_f.r_std, a.ln_f.mean, a.ln_f.out, rows, n, fused)
     validation.time("ln_f")
     validation.sum("forward.ln_f", a.ln_f.out, T * D)
 
-    unembed_rows, n = (m.last_rows, 1) if last_only else (rows, T)
+    unembed_rows, n = (m.last_rows, 1) if last_only else (rows, n)
     launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n, fused)
-    launch.blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, a.unembedding.out, unembed_rows)
+    if softmax:
+        launch.blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, a.unembedding.out, unembed_rows)
     validation.time("unembedding")
     validation.sum("forward.unembedding", a.unembedding.out, T * V)
     validation.finish("forward")

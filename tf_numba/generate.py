@@ -1,16 +1,35 @@
-"""tf.c's generation: greedy tokens, the whole forward pass recomputed for each one."""
+"""tf.c's generation, and a KV-cache decoder that makes the same tokens without recomputing.
+
+tf.c makes each token with the whole forward pass over every token so far, then takes the first
+maximum of the last row's softmax. `generate(..., recompute=True)` does that: the faithful path
+(each pass covers the rows rounded up to BUCKET, so a few recorded graphs serve every length;
+rows past the current length are computed too, harmlessly, since attention is causal).
+
+Attention is causal, so row t of every layer depends only on rows <= t, and each sum of row t
+runs in the same order whichever other rows are computed beside it. The decoder (the default)
+therefore runs one prefill pass over the prompt's rows, tf.c's first pass, and then, for each
+further token, a decode step over the new row only (forward's `rows`), which reads the earlier
+rows' keys and values, and everything else it needs, from the activations arena where the
+earlier passes left them: the same bits as recomputing everything. The row and the token live
+in device memory (m.last_rows, m.tokens) and the argmax kernel advances them, so the decode
+steps are queued back to back on one stream and the host only reads each token as it is made.
+
+Every pass runs eagerly the first time, which compiles its kernels, is recorded as a CUDA graph
+the second time and replayed from then on (Passes, kept on the model).
+
+Sampling, beyond tf.c, is Sampler's: it draws from the same probabilities on the host.
+"""
 import numpy as np
-from numba import config
+from numba import config, cuda
+
+from cudakit.stream import new_stream, record
 
 from . import kernels as K
 from . import launch
 from .forward import forward
-from cudakit.stream import Recorded
 
 GENERATE = 128  # tf.c's count of generated tokens
 PROMPT_MAX = 64  # tf.c takes at most 64 tokens of data as the prompt
-# Generation passes are recorded for lengths rounded up to a multiple of BUCKET, so a few
-# graphs serve every length; the simulator records nothing and runs exactly the rows it needs.
 BUCKET = 1 if config.ENABLE_CUDASIM else 32
 
 
@@ -19,31 +38,134 @@ def prompt_size(data_token_count, d_seq, n_tokens):
     return min(data_token_count, PROMPT_MAX, d_seq - n_tokens)
 
 
-def generation_pass(m, rows):
-    """Forward over `rows` rows (at least the current length), unembed row m.last_rows, and
-    append its argmax to the tokens, advancing m.last_rows: all on the device."""
-    forward(m, rows, last_only=True)
+def default_tokens(d_seq):
+    """tf.c's 128, or half the context of a model too small to hold 128 after a prompt."""
+    return min(GENERATE, d_seq // 2)
+
+
+class Passes:
+    """Generation's passes by key, on one stream: eager the first time (compiling the kernels;
+    the device is then synchronised), recorded the second, replayed after. The simulator has no
+    graphs and runs every pass eagerly."""
+
+    def __init__(self):
+        self.seen, self.graphs = set(), {}
+        self.stream = None if config.ENABLE_CUDASIM else new_stream("highest")
+
+    def queue(self, key, launches):
+        if self.stream is None or key not in self.seen:
+            self.seen.add(key)
+            launches()
+            cuda.synchronize()
+            return
+        if key not in self.graphs:
+            self.graphs[key] = record(self.stream, launches, node_priority=True)
+        self.graphs[key].launch(self.stream)
+
+    def sync(self):
+        if self.stream is not None:
+            self.stream.sync()
+
+
+def argmax(m):
+    """The next token: the first maximum of the last row's softmax, written to m.tokens; m.last_rows
+    advances by one."""
     launch.blocks(K.tf_argmax, 1, K.ARGMAX_THREADS, 0, m.activations.unembedding.out, m.last_rows, m.tokens)
 
 
-def generate(m, prompt, n_tokens, emit=None):
-    """Append n_tokens greedy tokens to prompt; emit(token) is called as each one is made."""
+def recompute_pass(m, rows, greedy):
+    forward(m, rows, last_only=True)
+    if greedy:
+        argmax(m)
+
+
+def decode_step(m, greedy):
+    forward(m, m.cfg.d_seq, last_only=True, rows=m.last_rows)
+    if greedy:
+        argmax(m)
+
+
+class Sampler:
+    """Sampling from tf.c's probabilities (the float32 softmax of the last row), one token at a time:
+
+    1. temperature: each probability p becomes p ** (1 / temperature) (the softmax of logits /
+       temperature, up to normalisation), in float64;
+    2. top-k: only the top_k largest stay (of equal ones, the lower token id), or all with None;
+       the temperature does not change their order, so the same tokens stay either way round;
+    3. the kept values are normalised, and one uniform u in [0, 1) from numpy's
+       Generator(PCG64(seed)), one draw per token, picks the first kept token, in ascending id
+       order, whose running sum exceeds u (the last kept token if rounding leaves none).
+    The same seed gives the same tokens. Greedy (tf.c's) is generate's sampler=None."""
+
+    def __init__(self, temperature, top_k=None, seed=0):
+        self.temperature, self.top_k = float(temperature), top_k
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+
+    def distribution(self, probs):
+        """(kept token ids ascending, their probabilities)."""
+        p = np.asarray(probs, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logp = np.log(p)
+        q = np.exp((logp - logp.max()) / self.temperature)
+        ids = np.arange(len(p))
+        if self.top_k is not None and self.top_k < len(p):
+            ids = np.sort(np.argsort(-q, kind="stable")[:self.top_k])
+        return ids, q[ids] / q[ids].sum()
+
+    def pick(self, probs):
+        ids, q = self.distribution(probs)
+        u = self.rng.random()
+        above = np.nonzero(np.cumsum(q) > u)[0]
+        return int(ids[above[0]] if len(above) else ids[-1])
+
+
+def generate(m, prompt, n_tokens, emit=None, recompute=False, sampler=None):
+    """Append n_tokens tokens to prompt (greedy as tf.c, or drawn by sampler); emit(token) is
+    called as each one is made. Returns the tokens."""
     T = len(prompt)
     m.set_tokens(prompt)
     m.last_rows.copy_to_device(np.array([T - 1, T], dtype=np.int64))
-    passes = {}
-    out = []
-    for step in range(n_tokens):
-        rows = min(-(-T // BUCKET) * BUCKET, m.cfg.d_seq)
-        if step == 0:  # runs directly: compiles the kernels before any graph records them
-            generation_pass(m, rows)
-        else:
-            if rows not in passes:
-                passes[rows] = Recorded(lambda rows=rows: generation_pass(m, rows))
-            passes[rows]()
-        token = int(m.tokens[T : T + 1].copy_to_host()[0])
-        out.append(token)
+    greedy = sampler is None
+    passes = m.passes
+    tokens = []
+
+    def made(token):
+        tokens.append(token)
         if emit is not None:
             emit(token)
-        T += 1
-    return out
+
+    def next_pass(t):  # the pass that makes token t + 1 from the tokens up to t
+        if recompute or t == T - 1:
+            rows = min(-(-(t + 1) // BUCKET) * BUCKET, m.cfg.d_seq) if recompute else T
+            passes.queue(("recompute" if recompute else "prefill", rows, greedy),
+                         lambda: recompute_pass(m, rows, greedy))
+        else:
+            passes.queue(("decode", greedy), lambda: decode_step(m, greedy))
+
+    if greedy and not recompute:
+        # Every step queued at once: the device advances the row and the token itself, and the
+        # host streams each token out as its step finishes.
+        made_on_device = cuda.pinned_array(n_tokens, dtype=np.uint16)
+        done = []
+        for k in range(n_tokens):
+            next_pass(T - 1 + k)
+            m.tokens[T + k:T + k + 1].copy_to_host(made_on_device[k:k + 1], stream=passes.stream or 0)
+            done.append(passes.stream.record() if passes.stream is not None else None)
+        for k, event in enumerate(done):
+            if event is not None:
+                event.sync()
+            made(int(made_on_device[k]))
+        return tokens
+
+    for k in range(n_tokens):
+        t = T - 1 + k
+        next_pass(t)
+        passes.sync()
+        if greedy:
+            made(int(m.tokens[t + 1:t + 2].copy_to_host()[0]))
+            continue
+        token = sampler.pick(m.activations.unembedding.out[t].copy_to_host())
+        m.tokens[t + 1:t + 2].copy_to_device(np.array([token], dtype=np.uint16))
+        m.last_rows.copy_to_device(np.array([t + 1, t + 2], dtype=np.int64))
+        made(token)
+    return tokens

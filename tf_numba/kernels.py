@@ -18,7 +18,10 @@ Statements that tf.c's fma build fuses are written `mad(fused, ...)`; every othe
 `mul` (see fp.py).
 
 Shapes follow tf.c's comments: (v: rows, u: columns), row-major, Conv1D weights (in, out).
-`T` is the number of samples (input_size); arrays may have more rows (d_seq), never read.
+`T` is the number of samples (input_size); arrays may have more rows (d_seq), never read. The
+forward kernels compute the rows `rows[0] <= i < rows[0] + n`, where `rows` is a range in device
+memory: all T rows in training, or, in the decode step, the one new row, which the device itself
+advances from token to token (generate.py).
 """
 import math
 
@@ -68,19 +71,21 @@ def tf_memcpy(out, inp):
 
 
 @cuda.jit
-def tf_embedding(wte, wpe, tokens, out, T):
+def tf_embedding(wte, wpe, tokens, out, rows, n):
     """out[i] = wte[tokens[i]] + wpe[i]."""
     D = out.shape[1]
-    for idx in range(cuda.grid(1), T * D, cuda.gridsize(1)):
-        i, k = idx // D, idx % D
+    first = rows[0]
+    for idx in range(cuda.grid(1), n * D, cuda.gridsize(1)):
+        i, k = first + idx // D, idx % D
         out[i, k] = wte[tokens[i], k] + wpe[i, k]
 
 
 @cuda.jit
-def tf_add(in_1, in_2, out, T):
+def tf_add(in_1, in_2, out, rows, n):
     D = out.shape[1]
-    for idx in range(cuda.grid(1), T * D, cuda.gridsize(1)):
-        i, k = idx // D, idx % D
+    first = rows[0]
+    for idx in range(cuda.grid(1), n * D, cuda.gridsize(1)):
+        i, k = first + idx // D, idx % D
         out[i, k] = in_1[i, k] + in_2[i, k]
 
 
@@ -197,10 +202,11 @@ def sequential_mad(total, x, y, n, scale, scaled, fused):
 
 
 @cuda.jit
-def tf_ln(weight, bias, inp, r_std, mean, out, T, fused):
-    """Layer norm, one block per sample: the block stages the row in shared memory, one thread
-    sums it in tf.c's order (mean, then squared differences), every thread writes outputs."""
-    i = cuda.blockIdx.x
+def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
+    """Layer norm, one block per sample from rows[0]: the block stages the row in shared memory,
+    one thread sums it in tf.c's order (mean, then squared differences), every thread writes
+    outputs."""
+    i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     D = inp.shape[1]
     row = cuda.shared.array(LN_STAGED, np.float32)  # D values, then the D differences
@@ -289,12 +295,14 @@ def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fu
 
 
 @cuda.jit
-def tf_attn_scores(c_attn, softmax, T, d_k, rsqrt_d_k, fused):
-    """softmax[h, q, k] = (q_q . k_k) * rsqrt_d_k for k <= q, the dot over d ascending."""
+def tf_attn_scores(c_attn, softmax, rows, n, n_keys, d_k, rsqrt_d_k, fused):
+    """softmax[h, q, k] = (q_q . k_k) * rsqrt_d_k for k <= q, the dot over d ascending; n_keys
+    bounds the keys of the last row (a bound is enough: the rest are skipped)."""
     H = softmax.shape[0]
     D = H * d_k
-    for idx in range(cuda.grid(1), H * T * T, cuda.gridsize(1)):
-        h, q_i, k_i = idx // (T * T), idx // T % T, idx % T
+    first = rows[0]
+    for idx in range(cuda.grid(1), H * n * n_keys, cuda.gridsize(1)):
+        h, q_i, k_i = idx // (n * n_keys), first + idx // n_keys % n, idx % n_keys
         if k_i <= q_i:
             c = h * d_k
             dot = sequential_mad(ZERO, c_attn[q_i, c:c + d_k], c_attn[k_i, D + c:D + c + d_k], d_k, ONE, False, fused)
@@ -302,10 +310,11 @@ def tf_attn_scores(c_attn, softmax, T, d_k, rsqrt_d_k, fused):
 
 
 @cuda.jit
-def tf_attn_softmax(softmax, T):
-    """Block h * T + q owns row (head h, query q): its lanes find the max (exact in any order)
-    and the exps over keys k <= q; one lane adds the exps in tf.c's order; the lanes scale."""
-    h, q_i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
+def tf_attn_softmax(softmax, rows, n):
+    """Block h * n + q - rows[0] owns row (head h, query q): its lanes find the max (exact in any
+    order) and the exps over keys k <= q; one lane adds the exps in tf.c's order; the lanes
+    scale."""
+    h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
     lane = cuda.threadIdx.x
     row = softmax[h, q_i]
     n = q_i + 1
@@ -333,21 +342,23 @@ def tf_attn_softmax(softmax, T):
 
 
 @cuda.jit
-def tf_attn_z(c_attn, softmax, z, T, d_k, fused):
+def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
     """z[q, h*d_k + d] = sum over v <= q ascending of softmax[h, q, v] * v_v[d], from 0."""
     D = z.shape[1]
-    for idx in range(cuda.grid(1), T * D, cuda.gridsize(1)):
-        q_i, c = idx // D, idx % D
+    first = rows[0]
+    for idx in range(cuda.grid(1), n * D, cuda.gridsize(1)):
+        q_i, c = first + idx // D, idx % D
         h = c // d_k
         n = q_i + 1
         z[q_i, c] = sequential_mad(ZERO, softmax[h, q_i, :n], c_attn[:n, 2 * D + c], n, ONE, False, fused)
 
 
 @cuda.jit
-def tf_gelu(inp, out, T):
+def tf_gelu(inp, out, rows, n):
     N = out.shape[1]
-    for idx in range(cuda.grid(1), T * N, cuda.gridsize(1)):
-        i, k = idx // N, idx % N
+    first = rows[0]
+    for idx in range(cuda.grid(1), n * N, cuda.gridsize(1)):
+        i, k = first + idx // N, idx % N
         x = inp[i, k]
         phi = mul(HALF, ONE + erff(mul(x, SQRT1_2)))
         out[i, k] = mul(x, phi)

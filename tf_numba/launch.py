@@ -40,9 +40,9 @@ def blocks(kernel, grid, block, shared_bytes, *args):
     kernel[grid, block, Target.stream, shared_bytes](*args)
 
 
-def ln(weight, bias, inp, r_std, mean, out, T, fused):
-    """tf_ln over T samples, a block each."""
-    blocks(K.tf_ln, T, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, T, fused)
+def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):
+    """tf_ln over the n samples from rows[0], a block each."""
+    blocks(K.tf_ln, n, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, rows, fused)
 
 
 def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
@@ -54,9 +54,15 @@ def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, 
 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None):
     """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
-    end)); S, the sum's length, is a's row length unless given."""
+    end)); S, the sum's length, is a's row length unless given. One row of tf_fc or of the
+    unembedding goes to the one-row kernel."""
     S = a.shape[1] if S is None else S
+    scale = K.ONE if scale is None else scale
+    if n_rows == 1 and name in M.ROW_KINDS:
+        tile = M.row_tile_for(out.shape[1])
+        kernel = M.build_row(name, tile, fused, 1 << max(S - 1, 1).bit_length())
+        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale)
+        return
     tile = M.tile_for(name, n_rows, out.shape[1], S, fused)
     grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
-    scale = K.ONE if scale is None else scale
     M.build(name, tile, fused)[grid, (tile.CT, tile.RT), Target.stream](a, b, start, out, rows, S, scale)

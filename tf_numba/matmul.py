@@ -20,6 +20,12 @@ unembedding backward's wte gradient rounds its product first, as its C statement
 
 Kernels are built per kind, tile and fp model (closure constants, so the compiler drops the
 branches that do not apply and keeps the accumulators in registers).
+
+One row (generation: the decode step's tf_fc and the last row's unembedding) is a stream of the
+weights, which a tile of rows cannot use: `build_row` gives each output a thread that sums it
+alone as above, and has every thread of the block load the weights, a chunk ahead, into two
+shared-memory buffers, so that many loads are in flight per block while the few summing threads
+run their chains.
 """
 import functools
 from collections import namedtuple
@@ -49,11 +55,28 @@ KINDS = {
 Tile = namedtuple("Tile", "TM TN RT CT BK")
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
     WIDE = NARROW = LONG = ROW = Tile(16, 16, 1, 1, 32)
-else:  # chosen with tools/tf_matmul_sweep.py on an H200 (tf_numba/NOTES.md)
+else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-11-30-h200/sweep_*.json)
     WIDE = Tile(4, 4, 16, 16, 16)
     NARROW = Tile(2, 2, 16, 16, 16)
     LONG = Tile(1, 1, 16, 16, 32)
     ROW = Tile(1, 1, 4, 32, 32)
+
+
+# BN outputs per block, KC summation steps staged at a time, NT threads loading them.
+RowTile = namedtuple("RowTile", "BN KC NT")
+ROW_KINDS = ("tf_fc", "tf_unembedding")
+if config.ENABLE_CUDASIM:
+    ROW_NARROW = ROW_MID = ROW_WIDE = RowTile(4, 3, 4)
+else:
+    ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(8, 256, 256), RowTile(16, 128, 256), RowTile(32, 64, 256)
+
+
+def row_tile_for(n_cols):
+    """Enough blocks to reach every multiprocessor at GPT-2's widths: 8 outputs a block for 768
+    (96 blocks), 16 up to 4 x 768 (144-192), 32 for the vocabulary."""
+    if n_cols <= 1024:
+        return ROW_NARROW
+    return ROW_MID if n_cols <= 4096 else ROW_WIDE
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
@@ -196,6 +219,76 @@ def build(name, tile, fused):
                     out[i, j] = mul(acc[m, n], scale) if scaled_result else acc[m, n]
 
     kernel.__name__ = kernel.__qualname__ = name  # the C loop's name in profiles
+    return cuda.jit(kernel)
+
+
+@functools.cache
+def build_row(name, tile, fused, s_max):
+    """The one-row kernel for a ROW_KINDS kind, for sums of at most s_max steps."""
+    b_by_output = KINDS[name].b_by_output
+    BN, KC, NT = tile
+    B_COLS = BN + 1  # a spare column: the transposed stores of the unembedding hit distinct banks
+    BUF = KC * B_COLS  # a constant: shared array shapes must be literals to the GPU compiler
+    LOADS = -(-KC * BN // NT)
+
+    @cuda.jit(device=True)
+    def fetch(b, s0, S, j0, N, t, rb):
+        """Chunk s0's weights into registers; consecutive threads read consecutive addresses."""
+        for r in range(LOADS):
+            q = t + r * NT
+            if b_by_output:  # wte[j, s]: each output's row is contiguous
+                jj, ss = q // KC, q % KC
+            else:  # w[s, j]: each step's row of outputs is contiguous
+                ss, jj = q // BN, q % BN
+            ok = q < KC * BN and s0 + ss < S and j0 + jj < N
+            if b_by_output:
+                rb[r] = b[j0 + jj, s0 + ss] if ok else ZERO
+            else:
+                rb[r] = b[s0 + ss, j0 + jj] if ok else ZERO
+
+    @cuda.jit(device=True)
+    def stage(buf, t, rb):
+        for r in range(LOADS):
+            q = t + r * NT
+            if q < KC * BN:
+                if b_by_output:
+                    buf[(q % KC) * B_COLS + q // KC] = rb[r]
+                else:
+                    buf[(q // BN) * B_COLS + q % BN] = rb[r]
+
+    def kernel(a, b, start, out, rows, S, scale):
+        """out[i, j] = start[j] + sum over s < S ascending of a[i, s] * B(s, j), i = rows[0]."""
+        t = cuda.threadIdx.x
+        i = rows[0]
+        j0 = cuda.blockIdx.x * BN
+        N = out.shape[1]
+        xs = cuda.shared.array(s_max, np.float32)
+        bufs = cuda.shared.array((2, BUF), np.float32)
+        rb = cuda.local.array(LOADS, np.float32)
+        for s in range(t, S, NT):
+            xs[s] = a[i, s]
+        fetch(b, 0, S, j0, N, t, rb)
+        j = j0 + t
+        acc = start[j] if t < BN and j < N else ZERO
+        c = 0
+        for s0 in range(0, S, KC):
+            buf = bufs[c % 2]
+            stage(buf, t, rb)
+            cuda.syncthreads()  # also: the chunk before last is summed, so its buffer is free
+            if s0 + KC < S:  # the next chunk's loads fly while this one is summed
+                fetch(b, s0 + KC, S, j0, N, t, rb)
+            if t < BN:
+                if s0 + KC <= S:  # a whole chunk: constant trip count, every load base + constant
+                    for ss in range(KC):
+                        acc = mad(fused, xs[s0 + ss], buf[ss * B_COLS + t], acc)
+                else:
+                    for ss in range(S - s0):
+                        acc = mad(fused, xs[s0 + ss], buf[ss * B_COLS + t], acc)
+            c += 1
+        if t < BN and j < N:
+            out[i, j] = acc
+
+    kernel.__name__ = kernel.__qualname__ = name + "_row"
     return cuda.jit(kernel)
 
 

@@ -9,14 +9,16 @@ from .assets import AssetError
 from .config import Config
 from .kernels import ATTN_T_MAX, LN_D_MAX
 from .fp import is_fused
+from .generate import Passes
 
 
 class TFModel:
     """tf.c's `main` allocations: parameters (filled from the weights), activations,
     gradients and activations_back (allocated once, sized for d_seq tokens), and the tokens
     (tf.c's `data` buffer, where generation appends). Besides: zeros (the start of dot
-    products that tf.c begins at 0), row ranges for the matrix kernels (matmul.py), and `last_rows`, the range of the
-    row that generation unembeds, which its argmax kernel advances on the device."""
+    products that tf.c begins at 0), row ranges for the matrix kernels (matmul.py),
+    `last_rows`, the range of the row that generation unembeds (and the decoder computes),
+    which its argmax kernel advances on the device, and generation's recorded passes."""
 
     def __init__(self, cfg: Config, tensors, fp_model: str):
         if cfg.d_model > LN_D_MAX:
@@ -35,6 +37,7 @@ class TFModel:
         self.zeros = cuda.to_device(np.zeros(max(cfg.d_vocab, 4 * cfg.d_model), dtype=np.float32))
         self.last_rows = cuda.to_device(np.zeros(2, dtype=np.int64))
         self._rows = {}
+        self.passes = Passes()
 
     def rows(self, end):
         """A device range [0, end) of rows for the matrix kernels (kept: recorded graphs point at it)."""

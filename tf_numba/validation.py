@@ -69,7 +69,7 @@ class Validation:
 
 def dump_time(name, stages, total, out):
     """Print one pass's times (seconds) like tf.c's __builtin_dump_struct of tf_validation_time."""
-    print(f"struct tf_validation_time ({name}) {{", file=out)
+    print(f"struct tf_validation_time ({name}, seconds) {{", file=out)
     group = ""
     for stage, seconds in stages.items():
         head, _, field = stage.rpartition(".")

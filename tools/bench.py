@@ -7,7 +7,9 @@ bench_ENTRY.json and bench_ENTRY.md (plus the raw logs) into --out (default: a n
 folder, printed at the end). The command line that produced the numbers is recorded in both files.
 
 microgpt: builds microgpt.cu with nvcc (-O3 -arch=sm_90 -lcublas), runs it and `python -m
-microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample.
+microgpt_numba` on names.txt for each --steps, and compares every printed loss and sample. With
+matplotlib installed it also saves losses_STEPS.png (tools/plot_losses.py: our curves over
+microgpt.cu's) into --out; without it, it says so and skips the picture.
 Training time is wall(N steps, 20 samples) - wall(1 step, no samples), each the median of
 --repeat runs, for both programs: start-up, data loading and (for us) kernel loading cancel out,
 sampling stays in. The marginal rate between two --steps values, (wall(N2) - wall(N1)) / (N2 - N1),
@@ -17,10 +19,12 @@ where ncu is on PATH its training is also timed directly (kernel_train_s: the ke
 under `ncu --clock-control none`), against microgpt.cu's train_s and its marginal rate between
 the two longest --steps x steps.
 
-tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic GPT-2
-124M weights (--assets, or made in --out), both fp models checked bit for bit against the oracle
-fixtures, beside PyTorch eager fp32 GPT-2 in the same call, with speed-ups over PyTorch and over
-tf.c's own timers as the oracle fixtures recorded them on a CPU (see tools/bench_tf.py).
+tf: tf_numba's forward, forward + backward (T=64) and generation (128 tokens after 64, the
+oracle's, and after 512) on synthetic GPT-2 124M weights (--assets, or made in --out), both fp
+models checked bit for bit against the oracle fixtures, beside PyTorch on the same weights and
+tokens in the same call (eager, CUDA graph, torch.compile; HF generate with the dynamic and the
+compiled static cache: tools/bench_peers.py), with speed-ups over the fastest PyTorch variant and
+over tf.c's own timers as the oracle fixtures recorded them on a CPU (tools/bench_tf.py).
 """
 import argparse
 import json
@@ -33,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -95,7 +101,33 @@ def bench_microgpt(args, out_dir, save):
         except BenchError as exc:  # one program failing still leaves the others' numbers
             result["runs"].setdefault(prog, {})["error"] = str(exc)
         save(result)
+    result["loss_plots"] = loss_plots(programs, args.steps, out_dir)
     return result
+
+
+def loss_plots(programs, steps_list, out_dir):
+    """losses_STEPS.png in out_dir for each --steps: our engines' loss curves over microgpt.cu's on
+    names.txt (tools/plot_losses.py), or a note when matplotlib is missing."""
+    from plot_losses import PlotError, draw, import_pyplot
+
+    try:
+        import_pyplot()
+    except PlotError as exc:
+        print(f"bench: no loss picture: {exc}", file=sys.stderr)
+        return {"skipped": str(exc)}
+    plots = {}
+    for steps in sorted(steps_list):
+        logs = [out_dir / f"{prog.replace('.', '_')}_{steps}.log" for prog in programs]  # microgpt.cu's first
+        logs = [log for log in logs if log.is_file()]
+        if len(logs) < 2:
+            continue
+        png = out_dir / f"losses_{steps}.png"
+        try:
+            draw(logs, png, title=f"names.txt, {steps} steps: ours over microgpt.cu's", smooth=20)
+            plots[str(steps)] = png.name
+        except PlotError as exc:  # a log without losses: the runs' error says why
+            plots[str(steps)] = f"error: {exc}"
+    return plots
 
 
 def kernel_seconds(cmd, kernel, out_dir, name, env):
@@ -175,6 +207,13 @@ def microgpt_markdown(result):
                          f"{r.get('marginal_ratio_vs_c', '')} | {r.get('wall_ratio_vs_c', '')} | "
                          f"{cmp.get('losses_equal', '')}/{cmp.get('steps', '')} | {cmp.get('max_loss_diff', '')} | "
                          f"{cmp.get('samples_identical', '')} |")
+    plots = result.get("loss_plots", {})
+    if "skipped" in plots:
+        lines.append(f"\nNo loss picture: {plots['skipped']}")
+    for steps, png in plots.items():
+        if steps.isdigit():
+            lines.append(f"\nLoss curves, {steps} steps: {png}" if png.startswith("error") else
+                         f"\nLoss curves, {steps} steps: ![losses]({png})")
     for prog, runs in result["runs"].items():
         for steps, r in runs.items():
             if steps.isdigit() and "kernel_train_s" in r:
@@ -186,16 +225,19 @@ def microgpt_markdown(result):
 
 
 def bench_tf(args, out_dir, save):
-    """tf: tf_numba's forward, forward + backward (T=64) and 128-token generation on synthetic
-    GPT-2 124M weights, both fp models, each checked bit for bit against the oracle fixture;
-    PyTorch eager fp32 GPT-2 beside it; tf.c's CPU times from the oracle's record."""
+    """tf: tf_numba's forward, forward + backward (T=64) and generation on synthetic GPT-2 124M
+    weights, both fp models, each checked bit for bit against the oracle fixtures; PyTorch's
+    variants on the same weights, tokens and prompt beside it; tf.c's CPU times from the
+    oracle's record."""
+    from bench_tf import time_generation, time_tf
+    from numba import cuda
+
     from tf_numba import assets
-    from bench_tf import time_tf, time_torch
+    from tf_numba.generate import GENERATE
     from tf_numba.model import TFModel
 
     assets_dir = Path(args.assets) if args.assets else out_dir / "assets"
     if not args.assets:
-        sys.path.insert(0, str(ROOT / "tools"))
         from tf_assets import write_synthetic
         from tf_numba.config import GPT2
 
@@ -203,44 +245,102 @@ def bench_tf(args, out_dir, save):
     cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
     data = assets.load_data(assets_dir / "data", cfg.d_vocab)
     result = {"config": str(cfg), "runs": {}}
+    long_prompt = [int(t) for t in np.random.default_rng(0).integers(0, cfg.d_vocab, 512)]
     for fp_model in ("fma", "nofma"):
         fixture = ROOT / "tests" / "fixtures" / f"tf_oracle_gpt2_{fp_model}.json"
-        result["runs"][fp_model] = time_tf(TFModel(cfg, tensors, fp_model), data, fixture)
+        oracle = json.loads((ROOT / "tests" / "fixtures" / f"tf_oracle_gpt2_generate_{fp_model}.json").read_text())
+        free_before = cuda.current_context().get_memory_info()[0]
+        m = TFModel(cfg, tensors, fp_model)
+        r = result["runs"][fp_model] = time_tf(m, data, fixture)
+        r["gpu_memory_mib"] = round((free_before - cuda.current_context().get_memory_info()[0]) / 2**20)
         save(result)
+        r["generate"] = time_generation(m, oracle["prompt"], oracle["generate"], oracle["tokens"])
+        r["generate_long"] = time_generation(m, long_prompt, GENERATE)
+        save(result)
+        del m
     try:
-        torch = result["pytorch_eager_fp32"] = time_torch()
-    except Exception as exc:  # torch or transformers missing: keep our numbers
-        result["pytorch_eager_fp32"] = {"error": f"{type(exc).__name__}: {exc}"}
-        return result
-    for r in result["runs"].values():
-        for ours, theirs in (("forward_ms", "forward_ms"), ("forward_backward_ms", "forward_backward_ms")):
-            if ours in r:
-                r[f"speedup_vs_pytorch_{ours[:-3]}"] = round(torch[theirs] / r[ours], 2)
+        import bench_peers
+        import torch
+        import transformers
+
+        model = bench_peers.load_model(assets_dir / "model.safetensors", cfg)
+        oracle = json.loads((ROOT / "tests" / "fixtures" / "tf_oracle_gpt2_generate_fma.json").read_text())
+        peers = result["pytorch"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+        parts = args.peers.split(",")
+        peers["training"] = bench_peers.time_training(model, data, 64, parts)
+        save(result)
+        if "generate" in parts:
+            peers["generate"] = bench_peers.time_generate(model, oracle["prompt"], oracle["generate"])
+    except ImportError as exc:  # keep our numbers
+        result["pytorch"] = {"skipped": f"{exc}: torch and transformers are needed for the PyTorch peers"}
+    ours_vs_peers(result)
     return result
 
 
+def ours_vs_peers(result):
+    """Speed-ups over the fastest PyTorch variant (TF32 off; TF32 on shown beside) of each workload."""
+    peers = result.get("pytorch", {})
+    for workload in ("forward_ms", "forward_backward_ms"):
+        timed = {name: v[workload] for name, v in peers.get("training", {}).items() if workload in v}
+        best = min(((t, n) for n, t in timed.items() if "TF32 on" not in n), default=None)
+        for r in result["runs"].values():
+            if best and workload in r:
+                r[f"vs_best_pytorch_{workload[:-3]}"] = {"peer": best[1], "peer_ms": best[0],
+                                                        "speedup": round(best[0] / r[workload], 2)}
+    gen = {n: v["s"] for n, v in peers.get("generate", {}).items() if "s" in v}
+    for r in result["runs"].values():
+        if gen and "generate" in r:
+            ours = r["generate"]["decoder"]["s"]
+            r["generate"]["vs_hf"] = {n: round(t / ours, 2) for n, t in gen.items()}
+
+
 def tf_markdown(result):
-    torch = result.get("pytorch_eager_fp32", {})
     lines = [f"{result['config']}", "",
              "| fp model | checkpoints (validate) | after graph replays | graph = eager arenas | forward ms | "
-             "fwd+bwd ms | forward eager ms | 128 tokens s | forward TFLOP/s | fwd+bwd TFLOP/s | "
-             "vs PyTorch fwd / fwd+bwd | vs tf.c fwd / fwd+bwd |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "fwd+bwd ms | forward TFLOP/s | fwd+bwd TFLOP/s | GPU MiB | vs best PyTorch fwd / fwd+bwd | "
+             "vs tf.c fwd / fwd+bwd |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fp_model, r in result["runs"].items():
-        r = {**r, "vs_pytorch": f"{r.get('speedup_vs_pytorch_forward', '')} / "
-                                f"{r.get('speedup_vs_pytorch_forward_backward', '')}",
-             "vs_tf_c": f"{r.get('speedup_vs_tf_c_forward', '')} / {r.get('speedup_vs_tf_c_forward_backward', '')}"}
-        cells = ("validate_checkpoints_match", "after_graph_replays_match", "graph_arenas_equal_eager", "forward_ms",
-                 "forward_backward_ms", "forward_eager_ms", "generate_128_s", "forward_tflops",
-                 "forward_backward_tflops", "vs_pytorch", "vs_tf_c")
-        lines.append(f"| {fp_model} | " + " | ".join(str(r.get(c, "")) for c in cells) + " |")
+        vs = [r.get(f"vs_best_pytorch_{w}", {}).get("speedup", "") for w in ("forward", "forward_backward")]
+        cells = [r.get(c, "") for c in ("validate_checkpoints_match", "after_graph_replays_match",
+                                         "graph_arenas_equal_eager", "forward_ms", "forward_backward_ms",
+                                         "forward_tflops", "forward_backward_tflops", "gpu_memory_mib")]
+        cells += [f"{vs[0]} / {vs[1]}", f"{r.get('speedup_vs_tf_c_forward', '')} / "
+                                        f"{r.get('speedup_vs_tf_c_forward_backward', '')}"]
+        lines.append(f"| {fp_model} | " + " | ".join(str(c) for c in cells) + " |")
         if "error" in r:
             lines.append(f"| {fp_model} | error: {r['error']} |")
-    lines += ["", f"PyTorch eager fp32 (TF32 off): {torch}"]
+    lines += ["", "| fp model | workload | path | s | tokens/s | decode ms/token | weight-stream floor ms/token | "
+                  "= oracle | decoder = recompute | vs HF (their s / ours) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for fp_model, r in result["runs"].items():
+        for key in ("generate", "generate_long"):
+            g = r.get(key)
+            if not g:
+                continue
+            for path in ("decoder", "recompute"):
+                p = g[path]
+                lines.append(f"| {fp_model} | {g['tokens']} after {g['prompt']} | {path} | {p['s']} | "
+                             f"{p['tokens_per_s']} | {p.get('decode_ms_per_token', '')} | "
+                             f"{p.get('weight_stream_floor_ms_per_token', '')} | "
+                             f"{p.get('tokens_equal_oracle', '')} | {g['decoder_tokens_equal_recompute']} | "
+                             f"{g.get('vs_hf', '') if path == 'decoder' else ''} |")
+    peers = result.get("pytorch", {})
+    lines += ["", f"PyTorch ({peers.get('torch', '')}, transformers {peers.get('transformers', '')}), same GPU, "
+                  "weights and tokens:", "", "| variant | forward ms | fwd+bwd ms | peak GPU MiB |",
+              "| --- | --- | --- | --- |"]
+    for name, v in peers.get("training", {}).items():
+        lines.append(f"| {name} | {v.get('forward_ms', v.get('error', ''))} | {v.get('forward_backward_ms', '')} | "
+                     f"{v.get('peak_gpu_memory_mib', '')} |")
+    for name, v in peers.get("generate", {}).items():
+        lines.append(f"| {name}: {v.get('tokens', '')} tokens | {v.get('s', v.get('error', ''))} s "
+                     f"(first calls {v.get('first_calls_s', '')}) | | |")
+    if "skipped" in peers:
+        lines.append(f"| skipped: {peers['skipped']} | | | |")
     for fp_model, r in result["runs"].items():
         if "tf_c_seconds" in r:
             c = r["tf_c_seconds"]
-            lines.append(f"tf.c {fp_model}: forward {c['forward']:.2f} s, backward {c['backward']:.2f} s on "
+            lines.append(f"\ntf.c {fp_model}: forward {c['forward']:.2f} s, backward {c['backward']:.2f} s on "
                          f"{c['cpu']} ({c['cores']} cores), {c['how']}, from the oracle fixture")
     return "\n".join(lines)
 
@@ -272,6 +372,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, nargs="+", default=[1000], help="microgpt: training lengths")
     parser.add_argument("--assets", help="tf: folder with GPT-2-shaped assets (default: synthesize them into --out)")
     parser.add_argument("--repeat", type=int, default=3, help="microgpt: runs per timing, the median is kept")
+    parser.add_argument("--peers", default="eager,graph,compile,generate",
+                        help="tf: the PyTorch parts to time (default: %(default)s)")
     parser.add_argument("--engines", nargs="+", default=["default"],
                         help="microgpt: engines to time ('default' passes no --engine)")
     args = parser.parse_args(argv)

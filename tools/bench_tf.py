@@ -1,7 +1,8 @@
-"""tools/bench.py's tf entry: timing the port on a GPU: forward, forward + backward at T=64
-and 128 generated tokens, beside PyTorch eager fp32 GPT-2 on the same GPU, with the bits
-checked against the oracle fixture, and the speed-up over tf.c's own timers where the fixture
-recorded them (tools/tf_oracle.py, on the CPU that made it).
+"""tools/bench.py's tf entry, our side: forward and forward + backward at T=64, with the bits
+checked against the oracle fixture before and after the timed replays, the speed-up over tf.c's
+own timers where the fixture recorded them (tools/tf_oracle.py, on the CPU that made it), and
+greedy generation through the decoder and the full recompute (tools/bench_peers.py times
+PyTorch beside it).
 
 The training step is recorded as CUDA graphs and replayed (cudakit.stream); each timing is the
 median of five means of `repeats` replays between device synchronisations, after one warm replay. The
@@ -17,7 +18,7 @@ from numba import cuda
 from cudakit.stream import Recorded
 from tf_numba.checkpoints import c_hex
 from tf_numba.forward import forward
-from tf_numba.generate import GENERATE, generate, prompt_size
+from tf_numba.generate import generate
 from tf_numba.training import fixture_expected, run_step, training_step
 from tf_numba.validation import sequential_sum
 
@@ -129,43 +130,51 @@ def time_tf(m, data, fixture, repeats=20):
             result["tf_c_seconds"] = tf_c
             result["speedup_vs_tf_c_forward"] = round(tf_c["forward"] / fwd)
             result["speedup_vs_tf_c_forward_backward"] = round((tf_c["forward"] + tf_c["backward"]) / fwd_bwd)
-        prompt = [int(t) for t in data[:prompt_size(len(data), m.cfg.d_seq, GENERATE)]]
-        generate(m, prompt, 2)  # compiles generation's own kernels (one-row unembedding, argmax)
-        t = time.perf_counter()
-        tokens = generate(m, prompt, GENERATE)
-        result["generate_128_s"] = round(time.perf_counter() - t, 3)
-        result["generate_first_tokens"] = tokens[:8]
     except Exception as exc:  # keep the numbers measured so far
         result["error"] = f"{type(exc).__name__}: {exc}"
     return result
 
 
-def time_torch(T=64, repeats=20):
-    """PyTorch eager fp32 GPT-2 124M (random weights from the config, no download), batch 1."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+H200_BANDWIDTH = 4.8e12  # bytes/s, the datasheet's HBM3e rate
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    model = GPT2LMHeadModel(GPT2Config()).cuda().float()
-    x = torch.randint(0, 50257, (1, T), device="cuda")
 
-    def fwd():
-        with torch.no_grad():
-            model(x)
+def decode_bytes(cfg):
+    """What one decode step must read at least: every weight it multiplies by (the layers' four
+    matrices and wte for the unembedding), once."""
+    D, L = cfg.d_model, cfg.n_layers
+    return 4 * (L * (D * 3 * D + D * D + 2 * D * 4 * D) + cfg.d_vocab * D)
 
-    def fwd_bwd():
-        model.zero_grad(set_to_none=False)
-        model(x, labels=x).loss.backward()  # the model shifts the labels itself
 
-    out = {"torch": torch.__version__}
-    for name, fn in (("forward_ms", fwd), ("forward_backward_ms", fwd_bwd)):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
+def time_generation(m, prompt, n_tokens, oracle=None, repeats=3):
+    """Greedy generation of n_tokens after prompt through the decoder (prefill included) and the
+    full recompute, each the median wall time of `repeats` calls after two warm ones (the first
+    compiles, the second records the graphs); the tokens checked against the oracle's when given,
+    and the decoder's against the recompute's."""
+    def timed(**kw):
         t = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        torch.cuda.synchronize()
-        out[name] = round((time.perf_counter() - t) / repeats * 1e3, 3)
+        tokens = generate(m, prompt, n_tokens, **kw)
+        return time.perf_counter() - t, tokens
+
+    out = {"prompt": len(prompt), "tokens": n_tokens}
+    for name, kw in (("decoder", {}), ("recompute", {"recompute": True})):
+        first = [timed(**kw)[0] for _ in range(2)]
+        runs = [timed(**kw) for _ in range(repeats)]
+        seconds, tokens = statistics.median(t for t, _ in runs), runs[0][1]
+        r = out[name] = {"s": round(seconds, 4), "first_calls_s": [round(t, 2) for t in first],
+                         "tokens_per_s": round(n_tokens / seconds, 1)}
+        r["same_tokens_every_call"] = all(t == tokens for _, t in runs)
+        if oracle is not None:
+            r["tokens_equal_oracle"] = tokens == oracle
+        out.setdefault("token_lists", {})[name] = tokens
+    out["decoder_tokens_equal_recompute"] = out["token_lists"]["decoder"] == out["token_lists"]["recompute"]
+    del out["token_lists"]
+    # The decode steps alone: the whole call less a prefill-only call, per token.
+    t = time.perf_counter()
+    generate(m, prompt, 1)
+    prefill = time.perf_counter() - t
+    per_token = (out["decoder"]["s"] - prefill) / (n_tokens - 1)
+    floor = decode_bytes(m.cfg) / H200_BANDWIDTH
+    out["decoder"].update({"prefill_s": round(prefill, 4), "decode_ms_per_token": round(per_token * 1e3, 4),
+                           "weight_stream_floor_ms_per_token": round(floor * 1e3, 4),
+                           "floor_fraction": round(floor / per_token, 3)})
     return out

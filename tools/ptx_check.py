@@ -1,5 +1,6 @@
-"""Compiles the kernels that run in large blocks for sm_90, on a machine with the CUDA toolkit but
-no GPU, and checks with ptxas that each one can launch at its block size.
+"""Compiles the kernels that run in large blocks, the one-row matrix kernels and the forward
+kernels generation's decode step runs, for sm_90, on a machine with the CUDA toolkit but no GPU,
+and checks with ptxas that each one can launch at its block size.
 
 The simulator runs kernels as Python and never types them, so a kernel it runs can still fail to
 compile for the GPU, or compile to more registers than its block can hold (the launch then fails
@@ -30,6 +31,7 @@ from numba import config, cuda, types  # noqa: E402
 
 from microgpt_numba import fast  # noqa: E402
 from tf_numba import kernels as tf_kernels  # noqa: E402
+from tf_numba.launch import BLOCK  # noqa: E402
 from tf_numba import matmul as tf_matmul  # noqa: E402
 from tf_matmul_sweep import SHAPES  # noqa: E402
 
@@ -40,26 +42,39 @@ nvrtc.get_supported_ccs = lambda: (CC,)
 dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
 nvvm.get_libdevice = libs.get_libdevice = lambda: str(CUDA_HOME / "nvvm" / "libdevice" / "libdevice.10.bc")
 
-F1, F2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
+F1, F2, F3 = (types.Array(types.float32, d, "C") for d in (1, 2, 3))
 I1, I2 = types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C")
 L1, U1 = types.Array(types.int64, 1, "C"), types.Array(types.uint16, 1, "C")
 B, I64, F32 = types.boolean, types.int64, types.float32
 # (name, kernel, the argument types it is launched with, threads per block, its max_registers, whether
 # its local arrays must live in registers)
 KERNELS = [
-    ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I64, F2, I64, F1),
+    ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I1, F2, I64, F1),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("generate_kernel", fast.generate_kernel, (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
-    ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, I64, B), tf_kernels.LN_THREADS, None, False),
+    ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, L1, B), tf_kernels.LN_THREADS, None, False),
     ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B), tf_kernels.LN_BACK_THREADS, None,
      False),
+    # the forward kernels that take their rows from device memory (generation's decode step)
+    ("tf_embedding", tf_kernels.tf_embedding, (F2, F2, U1, F2, L1, I64), BLOCK, None, False),
+    ("tf_add", tf_kernels.tf_add, (F2, F2, F2, L1, I64), BLOCK, None, False),
+    ("tf_attn_scores", tf_kernels.tf_attn_scores, (F2, F3, L1, I64, I64, I64, F32, B), BLOCK, None, False),
+    ("tf_attn_softmax", tf_kernels.tf_attn_softmax, (F3, L1, I64), tf_kernels.ATTN_LANES, None, False),
+    ("tf_attn_z", tf_kernels.tf_attn_z, (F2, F3, F2, L1, I64, I64, B), BLOCK, None, False),
+    ("tf_gelu", tf_kernels.tf_gelu, (F2, F2, L1, I64), BLOCK, None, False),
 ] + [
     (f"{name} {tile} {'fma' if fused else 'nofma'}", tf_matmul.build(name, tile, fused), (F2, F2, F1, F2, L1, I64, F32),
      tile.RT * tile.CT, None, True)
     for name, tile, fused in sorted({(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
                                      for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)})
+] + [
+    (f"{name}_row {tile} S<={s_max} {'fma' if fused else 'nofma'}", tf_matmul.build_row(name, tile, fused, s_max),
+     (F2, F2, F1, F2, L1, I64, F32), tile.NT, None, True)
+    for name, tile, s_max, fused in sorted({(kind, tf_matmul.row_tile_for(cols), 1 << (S - 1).bit_length(), fused)
+                                            for kind, rows, cols, S, *_ in SHAPES if kind in tf_matmul.ROW_KINDS
+                                            for fused in (True, False)})
 ]
 
 
@@ -68,7 +83,8 @@ def ptxas(path, cap):
     info = subprocess.run(args + ([f"-maxrregcount={cap}"] if cap else []), capture_output=True, text=True,
                           check=True).stderr
     regs = int(re.search(r"Used (\d+) registers", info).group(1))
-    smem = int(re.search(r"(\d+) bytes smem", info).group(1))
+    smem = re.search(r"(\d+) bytes smem", info)  # not printed for a kernel with no shared memory
+    smem = int(smem.group(1)) if smem else 0
     spill = int(re.search(r"(\d+) bytes spill stores", info).group(1))
     stack = int(re.search(r"(\d+) bytes stack frame", info).group(1))
     return regs, spill, smem, stack

@@ -1,7 +1,7 @@
 """On a GPU: the default 1,000-step run on names.txt against microgpt.cu's own log from an H200.
 
 Every printed loss must equal the anchor's to its 4 decimals or differ by at most 2e-3 (cuBLAS's
-summation order inside sgemv is not ours: see tools/cublas_order_probe.cu), and the 20 samples
+summation order inside sgemv is not ours: see docs/microgpt.md, "Agreement over long runs"), and the 20 samples
 must be identical. The two engines (the reference one replaying CUDA graphs, the fast one in
 persistent kernels) compute the same floats, so their outputs must be identical byte for byte.
 """

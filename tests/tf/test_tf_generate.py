@@ -1,62 +1,169 @@
-"""Greedy generation against the oracle's tokens (tf.c built with tf_validation 0), and the
-full-size 128-token run on a GPU."""
+"""Generation: tf.c's greedy tokens (the oracle's, tf.c built with tf_validation 0) through both
+paths, the full recompute and the KV-cache decoder; the two paths token for token on long
+prompts; and the sampler."""
 import json
-import sys
-import time
-from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tests.conftest import FIXTURES
 from tf_numba import assets
 from tf_numba.cli import main
-from tf_numba.generate import GENERATE, generate
+from tf_numba.forward import forward
+from tf_numba.generate import Sampler, generate
 from tf_numba.model import TFModel
-from tests.conftest import FIXTURES
 
 ORACLE = json.loads((FIXTURES / "tf_oracle_tiny_generate.json").read_text())
-# The simulator re-runs the forward pass per token at about 0.4 s per token of context;
-# two tokens prove the loop (greedy tokens depend only on the prefix), the GPU runs all 24.
+# The simulator costs about 0.4 s per token of context and pass; two tokens prove the loop
+# (greedy tokens depend only on the prefix) and a decode step; the GPU runs all 24.
 CPU_TOKENS = 2
+PATHS = [pytest.param(True, id="recompute"), pytest.param(False, id="decoder")]
 
 
-def tiny_model(tiny_assets):
-    cfg, tensors = assets.load_model(Path(tiny_assets) / "model.safetensors")
-    data = assets.load_data(Path(tiny_assets) / "data", cfg.d_vocab)
-    return TFModel(cfg, tensors, ORACLE["fp_model"]), data
+def tiny_model(tiny_assets, fp_model=ORACLE["fp_model"]):
+    cfg, tensors = assets.load_model(tiny_assets / "model.safetensors")
+    data = assets.load_data(tiny_assets / "data", cfg.d_vocab)
+    return TFModel(cfg, tensors, fp_model), data
 
 
-def test_generate_tiny_prefix(tiny_assets):
+@pytest.mark.slow
+@pytest.mark.parametrize("recompute", PATHS)
+def test_generate_tiny_prefix(tiny_assets, recompute):
     m, data = tiny_model(tiny_assets)
     assert [int(t) for t in data[: len(ORACLE["prompt"])]] == ORACLE["prompt"]
-    assert generate(m, ORACLE["prompt"], CPU_TOKENS) == ORACLE["tokens"][:CPU_TOKENS]
+    assert generate(m, ORACLE["prompt"], CPU_TOKENS, recompute=recompute) == ORACLE["tokens"][:CPU_TOKENS]
+
+
+def rows_of_every_layer(m, n, unembedded):
+    """Rows [0, n) of every activation a forward pass writes (attention: keys <= query), and the
+    `unembedded` rows' probabilities, as bits."""
+    a, S = m.activations, m.cfg.d_seq
+    out = {}
+    for name, view in [("embedding", a.embedding.out), ("ln_f.out", a.ln_f.out), ("ln_f.mean", a.ln_f.mean),
+                       ("ln_f.r_std", a.ln_f.r_std)] + \
+            [(f"h{i}.{k}", getattr(getattr(x, k.split(".")[0]), k.split(".")[1]) if "." in k else getattr(x, k).out)
+             for i, x in enumerate(a.h) for k in ("ln_1.out", "ln_1.mean", "ln_1.r_std", "attn.c_attn", "attn.z",
+                                                  "attn.c_proj", "res_1", "ln_2.out", "ln_2.mean", "ln_2.r_std",
+                                                  "mlp.c_fc", "mlp.gelu", "mlp.c_proj", "res_2")]:
+        out[name] = (view.out if hasattr(view, "out") else view).copy_to_host()[:n].view(np.uint32)
+    for i, x in enumerate(a.h):
+        scores = x.attn.softmax.out.copy_to_host()
+        out[f"h{i}.attn.softmax"] = np.concatenate([scores[:, q, :q + 1].reshape(-1) for q in range(n)]).view(np.uint32)
+    out["unembedding"] = a.unembedding.out.copy_to_host()[unembedded].view(np.uint32)
+    assert S >= n
+    return out
+
+
+def check_decoder_rows(m, fresh, prompt, steps):
+    """After a prefill and `steps` - 1 decode steps, every row the decoder wrote equals the full
+    training forward pass's over the same tokens (tf.c's whole pass), bit for bit."""
+    tokens = generate(m, prompt, steps)
+    n = len(prompt) + steps - 1  # rows computed: the prompt's, then one per decode step
+    got = rows_of_every_layer(m, n, list(range(len(prompt) - 1, n)))
+    fresh.set_tokens(prompt + tokens[:-1])
+    forward(fresh, n, last_only=False)
+    want = rows_of_every_layer(fresh, n, list(range(len(prompt) - 1, n)))
+    assert [k for k in want if not np.array_equal(got[k], want[k])] == []
+
+
+@pytest.mark.slow
+def test_decoder_rows_are_the_full_pass_rows_tiny(tiny_assets):
+    (m, _), (fresh, _) = tiny_model(tiny_assets), tiny_model(tiny_assets)
+    check_decoder_rows(m, fresh, ORACLE["prompt"][:5], 2)
 
 
 @pytest.mark.gpu
-def test_generate_tiny_all(tiny_assets, capsysbinary):
+@pytest.mark.parametrize("recompute", PATHS)
+def test_generate_tiny_all(tiny_assets, capsysbinary, recompute):
     """The CLI streams the prompt and the oracle's 24 tokens through enc."""
-    enc = assets.load_enc(Path(tiny_assets) / "enc", 96)
-    assert main(["--assets", str(tiny_assets), "--tokens", str(ORACLE["generate"])]) == 0
+    enc = assets.load_enc(tiny_assets / "enc", 96)
+    argv = ["--assets", str(tiny_assets), "--tokens", str(ORACLE["generate"])] + (["--recompute"] if recompute else [])
+    assert main(argv) == 0
     want = b"".join(enc[t] for t in ORACLE["prompt"] + ORACLE["tokens"]) + b"\n"
     assert capsysbinary.readouterr().out == want
 
 
-@pytest.mark.gpu
-def test_generate_gpt2_128(tmp_path_factory):
-    """GPT-2 124M-shaped synthetic weights: 128 greedy tokens from a 64-token prompt."""
+@pytest.fixture(scope="module")
+def gpt2_assets(tmp_path_factory):
     from tf_assets import write_synthetic
 
     from tf_numba.config import GPT2
 
     out = tmp_path_factory.mktemp("tf_gpt2_gen")
     write_synthetic(out, GPT2)
-    cfg, tensors = assets.load_model(out / "model.safetensors")
-    data = assets.load_data(out / "data", cfg.d_vocab)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", PATHS)
+@pytest.mark.parametrize("fp_model", ["fma", "nofma"])
+def test_generate_gpt2_128(gpt2_assets, fp_model, recompute):
+    """GPT-2 124M-shaped synthetic weights: the oracle's 128 greedy tokens after 64, both paths,
+    the second time from recorded graphs."""
+    oracle = json.loads((FIXTURES / f"tf_oracle_gpt2_generate_{fp_model}.json").read_text())
+    cfg, tensors = assets.load_model(gpt2_assets / "model.safetensors")
+    m = TFModel(cfg, tensors, fp_model)
+    for _ in range(2):  # eager passes, then recorded and replayed
+        assert generate(m, oracle["prompt"], oracle["generate"], recompute=recompute) == oracle["tokens"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp_model", ["fma", "nofma"])
+def test_decoder_rows_are_the_full_pass_rows_gpt2(gpt2_assets, fp_model):
+    cfg, tensors = assets.load_model(gpt2_assets / "model.safetensors")
+    m, fresh = TFModel(cfg, tensors, fp_model), TFModel(cfg, tensors, fp_model)
+    prompt = [int(t) for t in np.random.default_rng(2).integers(0, cfg.d_vocab, 40)]
+    check_decoder_rows(m, fresh, prompt, 24)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp_model", ["fma", "nofma"])
+def test_decoder_equals_recompute_up_to_d_seq(gpt2_assets, fp_model):
+    """A prompt of d_seq - 16 tokens and 16 more: the decoder's tokens are the full recompute's."""
+    cfg, tensors = assets.load_model(gpt2_assets / "model.safetensors")
+    m = TFModel(cfg, tensors, fp_model)
+    prompt = [int(t) for t in np.random.default_rng(1).integers(0, cfg.d_vocab, cfg.d_seq - 16)]
+    assert generate(m, prompt, 16) == generate(m, prompt, 16, recompute=True)
+
+
+@pytest.mark.slow
+def test_top_k_1_is_greedy(tiny_assets):
+    """The sampling path (probabilities to the host, the token back) with one token kept is tf.c's."""
+    m, _ = tiny_model(tiny_assets)
+    assert generate(m, ORACLE["prompt"], CPU_TOKENS, sampler=Sampler(0.8, top_k=1, seed=3)) == \
+        ORACLE["tokens"][:CPU_TOKENS]
+
+
+@pytest.mark.gpu
+def test_sampler_same_seed_same_tokens(gpt2_assets):
+    cfg, tensors = assets.load_model(gpt2_assets / "model.safetensors")
     m = TFModel(cfg, tensors, "fma")
-    prompt = [int(t) for t in data[:64]]
-    generate(m, prompt, 1)  # compiles the kernels
-    t = time.perf_counter()
-    tokens = generate(m, prompt, GENERATE)
-    seconds = time.perf_counter() - t
-    print(f"\ngenerate GPT-2 124M shape: {GENERATE} tokens from 64 in {seconds:.3f} s; first 16: {tokens[:16]}",
-          file=sys.stderr)
-    assert len(tokens) == GENERATE and all(0 <= t < cfg.d_vocab for t in tokens)
+    prompt = [int(t) for t in assets.load_data(gpt2_assets / "data", cfg.d_vocab)[:64]]
+    runs = [generate(m, prompt, 32, sampler=Sampler(1.5, top_k=50, seed=7)) for _ in range(2)]
+    assert runs[0] == runs[1] != generate(m, prompt, 32, sampler=Sampler(1.5, top_k=50, seed=8))
+
+
+def test_sampler_same_seed_same_draws():
+    rows = np.random.default_rng(0).dirichlet(np.ones(40), size=20).astype(np.float32)
+    picks = [[sampler.pick(p) for p in rows] for sampler in (Sampler(0.7, 5, seed=4), Sampler(0.7, 5, seed=4))]
+    assert picks[0] == picks[1]
+
+
+def test_sampler_distribution_is_temperature_then_top_k():
+    """The documented order: probabilities raised to 1/T, the K largest kept (ties: lower id),
+    normalised; equal probabilities tie-break to the lower id."""
+    p = np.array([0.1, 0.3, 0.05, 0.3, 0.25], dtype=np.float32)
+    ids, q = Sampler(0.5, top_k=3).distribution(p)
+    assert ids.tolist() == [1, 3, 4]
+    want = p[[1, 3, 4]].astype(np.float64) ** 2
+    assert np.allclose(q, want / want.sum(), rtol=1e-12)
+    ids, _ = Sampler(2.0, top_k=1).distribution(p)
+    assert ids.tolist() == [1]  # of the two maxima, the first: tf.c's argmax
+
+
+def test_sampler_draws_follow_the_documented_inverse_cdf():
+    p = np.array([0.5, 0.25, 0.25], dtype=np.float32)
+    rng = np.random.Generator(np.random.PCG64(11))
+    u = [rng.random() for _ in range(50)]
+    sampler = Sampler(1.0, seed=11)
+    assert [sampler.pick(p) for _ in range(50)] == [0 if x < 0.5 else 1 if x < 0.75 else 2 for x in u]

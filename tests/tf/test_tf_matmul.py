@@ -4,7 +4,8 @@ per output), bit for bit, launched with the arguments the passes give them.
 
 In the simulator the shapes are small and odd, so every tile edge is crossed (and a small tile
 forces several blocks and staging rounds); on a GPU the shapes are GPT-2's at T = 64 and the
-tiles are the ones tile_for picks there."""
+tiles are the ones tile_for and row_tile_for pick there. The *_last_row cases are generation's
+one row, which goes to the one-row kernel (matmul.build_row)."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -35,13 +36,18 @@ def bits(*device_arrays):
     return [a.copy_to_host().view(np.uint32) for a in device_arrays]
 
 
-def fc(s, fused, rng):
-    """tf_fc: forward.py's launch against the faithful kernel."""
+def fc(s, fused, rng, first=None):
+    """tf_fc: forward.py's launch against the faithful kernel, over every row (training), or over
+    row `first` only (generation's decode step, the one-row kernel)."""
     weight, bias, inp = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.N), random(rng, s.T, s.D)))
-    tiled, faithful = cuda.device_array((s.T, s.N), np.float32), cuda.device_array((s.T, s.N), np.float32)
-    launch.matmul("tf_fc", inp, weight, bias, tiled, rows(0, s.T), s.T, fused)
+    out0 = random(rng, s.T, s.N)  # rows outside the launch's must stay as they are
+    tiled, faithful = cuda.to_device(out0), cuda.device_array((s.T, s.N), np.float32)
+    first, end = (0, s.T) if first is None else (first, first + 1)
+    launch.matmul("tf_fc", inp, weight, bias, tiled, rows(first, end), end - first, fused)
     launch.elementwise(K.tf_fc, s.T * s.N, weight, bias, inp, faithful, s.T, fused)
-    return bits(tiled), bits(faithful)
+    want = out0.copy()
+    want[first:end] = faithful.copy_to_host()[first:end]
+    return bits(tiled), [want.view(np.uint32)]
 
 
 def fc_back(s, fused, rng):
@@ -101,7 +107,8 @@ def unembedding_back(s, fused, rng):
     return outs
 
 
-ROUTINES = {"tf_fc": fc, "tf_fc_back": fc_back, "tf_unembedding": unembedding,
+ROUTINES = {"tf_fc": fc, "tf_fc_last_row": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2),
+            "tf_fc_back": fc_back, "tf_unembedding": unembedding,
             "tf_unembedding_last_row": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2),
             "tf_unembedding_back": unembedding_back}
 
@@ -126,6 +133,6 @@ def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
 @pytest.mark.parametrize("fused", FUSED)
 @pytest.mark.parametrize("routine", list(ROUTINES))
 def test_tiled_equals_faithful_gpt2(routine, fused):
-    shapes = GPU_SHAPES if routine in ("tf_fc", "tf_fc_back") else GPU_SHAPES[:1]
+    shapes = GPU_SHAPES if routine.startswith("tf_fc") else GPU_SHAPES[:1]
     for shape in shapes:
         check(routine, shape, fused)
