@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
-from cudakit.devmath import expf, logf, rsqrtf, sqrtf
+from cudakit.devmath import expf, logf, mul, rsqrtf, sqrtf
 from cudakit.devmath import fma as fmaf  # the C's name
 
 ZERO = np.float32(0.0)
@@ -135,7 +135,8 @@ def rmsnorm_backward_terms(x, grad_y, n):
 
 @cuda.jit(device=True)
 def rmsnorm_backward_at(x, grad_y, grad_x, n, scale, dot, scale_cubed, i):
-    grad_x[i] = fmaf(grad_y[i], scale, -(x[i] * dot * scale_cubed / np.float32(n)))
+    # nvcc fuses nothing here (its PTX: mul, mul, mul, div, sub)
+    grad_x[i] = mul(grad_y[i], scale) - mul(mul(x[i], dot), scale_cubed) / np.float32(n)
 
 
 @cuda.jit(device=True)
@@ -170,7 +171,7 @@ def softmax_local_max(logits, scale, n, lane, lanes):
 def softmax_local_exp(logits, probs, scale, max_val, n, lane, lanes):
     local_sum = ZERO
     for i in range(lane, n, lanes):
-        e = expf(fmaf(logits[i], scale, -max_val))
+        e = expf(mul(logits[i], scale) - max_val)  # not fused by nvcc
         probs[i] = e
         local_sum += e
     return local_sum
@@ -231,9 +232,9 @@ def scaled_softmax_kernel(logits, probs, scale, n):
 @cuda.jit(device=True)
 def cross_entropy_backward(probs, grad_logits, target_id, loss_scale, n, idx):
     if idx < n:
-        grad = probs[idx] * loss_scale
-        if idx == target_id:
-            grad = fmaf(probs[idx], loss_scale, -loss_scale)
+        grad = mul(probs[idx], loss_scale)
+        if idx == target_id:  # a statement of its own: nvcc does not fuse it with the product
+            grad = grad - loss_scale
         grad_logits[idx] = grad
 
 
@@ -246,8 +247,10 @@ def cross_entropy_backward_kernel(probs, grad_logits, tokens, pos_id, loss_scale
 def adam_update(data, grad, m, v, lr_t, beta1_corr, beta2_corr, n, idx):
     if idx < n:
         g = grad[idx]
-        m_new = fmaf(BETA1, m[idx], (ONE - BETA1) * g)
-        v_new = fmaf(BETA2, v[idx], (ONE - BETA2) * g * g)
+        # nvcc fuses the second product of each sum: fma(g, 1 - BETA1, BETA1 * m), and
+        # fma(g, (1 - BETA2) * g, BETA2 * v)
+        m_new = fmaf(g, ONE - BETA1, mul(BETA1, m[idx]))
+        v_new = fmaf(g, mul(ONE - BETA2, g), mul(BETA2, v[idx]))
         m[idx] = m_new
         v[idx] = v_new
         m_hat = m_new / beta1_corr
@@ -388,16 +391,49 @@ def attention_backward_kernel(q, keys, values, attn_weights, grad_attn_out, grad
 
 
 # ---- launch_matvec's and launch_linear_backward's cuBLAS calls, written out
+#
+# How cuBLAS adds up its sums, as traced on an H200 with the CUDA 13 cuBLAS (tools/microgpt_trace.py
+# fit, docs/microgpt.md): sgemv OP_T with 16 columns, and OP_N at every shape microgpt.cu calls it,
+# sum two halves of the terms and add them; OP_T with 64 columns sums 32 runs of two and adds them
+# up in a halving tree; each run from 0, in order, with fma. sger is one fma per element.
+SGEMV_T_WIDE = 64  # OP_T's sums of this many terms or more go in 32 runs
+SGEMV_T_PARTS_WIDE = 32
+SGEMV_MAX_PARTS = 32
+
+
+@cuda.jit(device=True)
+def run_sum(a, stride, b, k0, k1):
+    """sum over k0 <= k < k1 ascending of a[k * stride] * b[k], from 0, with fma."""
+    acc = ZERO
+    for k in range(k0, k1):
+        acc = fmaf(a[k * stride], b[k], acc)
+    return acc
+
+
+@cuda.jit(device=True)
+def cublas_sum(a, stride, b, K, parts):
+    """sum over k < K of a[k * stride] * b[k] the way cuBLAS's sgemv adds it up: K split into
+    `parts` runs of ceil(K / parts) consecutive terms, each summed from 0 in order with fma, then
+    a halving tree (part[l] += part[l + width], width = parts / 2 down to 1)."""
+    length = (K + parts - 1) // parts
+    if parts == 2:
+        return run_sum(a, stride, b, 0, length) + run_sum(a, stride, b, length, K)
+    part = cuda.local.array(SGEMV_MAX_PARTS, np.float32)
+    for p in range(parts):
+        part[p] = run_sum(a, stride, b, p * length, min(p * length + length, K))
+    width = parts // 2
+    while width > 0:
+        for lane in range(width):
+            part[lane] += part[lane + width]
+        width //= 2
+    return part[0]
 
 
 @cuda.jit(device=True)
 def sgemv_t(w, x, y, rows, cols, r):
-    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c], c ascending."""
+    """launch_matvec's cublasSgemv(OP_T): y[r] = sum_c w[r, c] * x[c] in cuBLAS's grouping."""
     if r < rows:
-        acc = ZERO
-        for c in range(cols):
-            acc = fmaf(w[r * cols + c], x[c], acc)
-        y[r] = acc
+        y[r] = cublas_sum(w[r * cols:], 1, x, cols, SGEMV_T_PARTS_WIDE if cols >= SGEMV_T_WIDE else 2)
 
 
 @cuda.jit(cache=True)
@@ -429,12 +465,10 @@ def sger_kernel(x, grad_out, grad_w, rows, cols):
 
 @cuda.jit(device=True)
 def sgemv_n(w, grad_out, grad_x, rows, cols, c):
-    """launch_linear_backward's cublasSgemv(OP_N, beta 1): grad_x[c] += sum_r w[r, c] * grad_out[r]."""
+    """launch_linear_backward's cublasSgemv(OP_N, beta 1): grad_x[c] += sum_r w[r, c] * grad_out[r]
+    in cuBLAS's grouping (two halves), then the old grad_x[c] added."""
     if c < cols:
-        acc = ZERO
-        for r in range(rows):
-            acc = fmaf(w[r * cols + c], grad_out[r], acc)
-        grad_x[c] += acc
+        grad_x[c] += cublas_sum(w[c:], cols, grad_out, rows, 2)
 
 
 @cuda.jit(cache=True)

@@ -167,3 +167,17 @@ def test_sampler_draws_follow_the_documented_inverse_cdf():
     u = [rng.random() for _ in range(50)]
     sampler = Sampler(1.0, seed=11)
     assert [sampler.pick(p) for _ in range(50)] == [0 if x < 0.5 else 1 if x < 0.75 else 2 for x in u]
+
+
+@pytest.mark.gpu
+def test_generation_prints_no_warning(tiny_assets):
+    """On a GPU, nothing reaches stderr: no Numba advice about one-block grids, no other library's."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import PYTHONPATH
+
+    result = subprocess.run([sys.executable, "-m", "tf_numba", "--assets", str(tiny_assets), "--tokens", "4"],
+                            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
