@@ -90,6 +90,14 @@ def check_gpu():
                          "(python tools/tf_assets.py synth --preset tiny --out DIR)")
 
 
+def say_compiling():
+    """tf's kernels are compiled for the GPU at their first launch in each run (nothing is cached)."""
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        print("tf_numba: compiling the GPU kernels for this run (about 15-30 s)", file=sys.stderr, flush=True)
+
+
 def validate(args, cfg, tensors, data):
     from .model import TFModel
     from .training import fixture_expected, report, run_step, tf_c_expected
@@ -106,6 +114,7 @@ def validate(args, cfg, tensors, data):
             raise UsageError("tf.c's constants come from its fma build: use --fp-model fma, or --expected "
                              "with a nofma oracle fixture")
     print(f"tf_numba --validate: {cfg}, input size {T}, fp model {fp_model}", flush=True)
+    say_compiling()
     validation = run_step(TFModel(cfg, tensors, fp_model), data, T)
     failed = report(validation, expected, sys.stdout)
     for name, stages, total in validation.timings:
@@ -138,6 +147,7 @@ def generate_text(args, cfg, tensors, data, enc):
         prompt = [int(t) for t in data[:prompt_size(len(data), cfg.d_seq, n)]]
     sampler = Sampler(args.temperature, args.top_k, args.seed or 0) if args.temperature else None
     m = TFModel(cfg, tensors, args.fp_model or "fma")
+    say_compiling()
     out = sys.stdout.buffer
     for t in prompt:
         out.write(enc[t])
