@@ -212,8 +212,8 @@ def seed_constants_record(tf_c, command):
         raise ToolError(f"found {len(values)} tf_validation_sum constants in {tf_c}, expected {len(expected)}; "
                         "pass the seed tf.c")
     return {"config": {**GPT2.__dict__, "input_size": INPUT_SIZE}, "fp_model": "fma",
-            "compiler": "unknown (tf.c's author; most likely Apple clang on arm64, see REFERENCE.md)",
-            "command": command, "source": "shared/seeds/tf.c, the tf_validation_sum constants in order",
+            "compiler": "unknown (tf.c's author; most likely Apple clang on arm64, see docs/tf.md)",
+            "command": command, "source": "the seed tf.c, the tf_validation_sum constants in order",
             "assets": "real GPT-2 124M weights (not available here)",
             "checkpoints": [{"label": label, "count": count, "sum": value}
                             for (label, count), value in zip(expected, values)]}
