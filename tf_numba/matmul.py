@@ -81,7 +81,8 @@ def row_tile_for(n_cols):
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
     """The tile the sweep timed fastest for GPT-2's shapes, by their kind:
-    - one row (a generated token's unembedding): blocks of 4 x 32 threads, one output each;
+    - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
+      to build_row instead): blocks of 4 x 32 threads, one output each;
     - 50,257 rows or columns (the training unembedding, the wte gradient): big tiles, each staged
       value used most;
     - the weight gradients (a sum over the T samples): big tiles once there are over a million
