@@ -26,3 +26,10 @@ def quiet():
 
     config.CUDA_LOW_OCCUPANCY_WARNINGS = False
     warnings.simplefilter("ignore", NumbaWarning)
+    try:  # numba-cuda's own warning classes, which are not numba's subclasses
+        from numba.cuda.core.errors import NumbaWarning as CudaNumbaWarning
+        from numba.cuda.cudadrv.error import NvvmWarning
+    except ImportError:
+        return
+    warnings.simplefilter("ignore", CudaNumbaWarning)
+    warnings.simplefilter("ignore", NvvmWarning)

@@ -1,23 +1,43 @@
-"""Command line: microgpt.cu's options and output lines, with one-line errors for bad input."""
+"""Command line: microgpt.cu's options and output lines, with one-line errors for bad input.
+
+Exit status: 0 done; 2 a usage error (an unknown option, a missing value, a bad or out-of-range
+number), as argparse does; 1 bad data (an input file that cannot be read or holds no document, a
+--loss-log file that exists), no GPU, or a run that failed. Every error is one line on stderr,
+`microgpt_numba: error: ...`, naming the problem and what to do about it.
+"""
+import argparse
+import importlib
 import os
+import re
 import sys
 
 import numpy as np
 
-from cudakit.gpu import quiet, unavailable_reason
-
-from . import fast, model as reference
-from .arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
-    train_cache_storage_count
-from .dataset import DEFAULT_CORPUS, InputError, default_docs, load_dataset, read_input
-from .glibc_rand import GlibcRand
-from .model import StepValues
-from .sample import generate_samples, sample_line
+from .dataset import DEFAULT_CORPUS, InputError, shown_path
 
 PROG = "microgpt_numba"
-USAGE = f"usage: python -m {PROG} [--steps N] [--samples N] [--temperature T] [--input PATH] [--engine fast|reference]"
 ENGINES = ("fast", "reference")
 SEED = 42
+INT_MAX = 2 ** 31 - 1  # microgpt.cu keeps --steps and --samples in an int
+HELP_HINT = f"see python -m {PROG} --help"
+QUICK_RUN = "--steps 2 --samples 1"
+
+# The simulator runs each GPU thread as a Python thread on the CPU. Measured on a 2-core machine
+# shared with other work, default corpus (about 7 positions a step), one step or one sample per
+# launch: fast 2-8 s a step and 10-23 s a sample, reference 15-23 s a step and 11-15 s a sample,
+# depending on the load. A rough estimate, for the note the simulator prints: (a step, a sample).
+SIMULATOR_SECONDS = {"fast": (5, 15), "reference": (20, 13)}
+# A first run's compile on the H200 (tools/bench.py's cold_start_s): about 19-28 s for the fast
+# engine's two persistent kernels, about 5-6 s for the reference engine's small ones.
+COMPILE_SECONDS = {"fast": "20-30", "reference": "5"}
+
+
+class UsageError(Exception):
+    """A command line that cannot run: exit 2, as argparse."""
+
+
+class RunFailed(Exception):
+    """The run itself failed (the GPU, the driver, the toolkit, writing the output): exit 1."""
 
 
 class Options:
@@ -27,112 +47,287 @@ class Options:
         self.temperature = np.float32(0.5)
         self.input_path = None  # None: the default names corpus
         self.engine = "fast"
+        self.loss_log = None
 
 
-def _int_option(flag, text, minimum):
-    try:
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message}; {HELP_HINT}")
+
+
+def _count(minimum):
+    """An int option as microgpt.cu reads it, within what its int holds."""
+    def parse(text):
+        kind = f"must be an integer from {minimum} to {INT_MAX}"
+        if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+            raise argparse.ArgumentTypeError(f"{kind}, got {text!r}")
         value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        kind = "a positive integer" if minimum > 0 else "a non-negative integer"
-        raise InputError(f"{flag} must be {kind}, got {text!r}")
-    return value
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{kind}, got {text!r}")
+        if value > INT_MAX:
+            raise argparse.ArgumentTypeError(f"{kind} (the largest count microgpt.cu's int holds), got {text!r}")
+        return value
+    return parse
 
 
 def _temperature(text):
     try:
-        value = float(text)
+        value = np.float32(float(text))
     except ValueError:
         value = None
-    if value is None or not np.isfinite(np.float32(value)) or np.float32(value) <= 0:
-        raise InputError(f"--temperature must be a number > 0, got {text!r}")
-    return np.float32(value)
+    if value is None or not np.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _parser():
+    defaults = Options()
+    p = _Parser(prog=f"python -m {PROG}", allow_abbrev=False,
+                description="microgpt.cu on the GPU with Numba: a 1-layer, 16-dim character GPT trained with Adam on "
+                            "one document (a line of the input) per step, then sampling new documents. Prints "
+                            "microgpt.cu's lines: num docs, vocab size, num params, 'step N / M | loss L' per step, "
+                            "then the samples.",
+                epilog="Exit status: 0 done, 2 a usage error, 1 bad input data, no GPU or a failed run. Without a "
+                       "GPU, NUMBA_ENABLE_CUDASIM=1 runs the kernels in Numba's CPU simulator, where the defaults "
+                       f"take hours: try {QUICK_RUN}.")
+    p.add_argument("--steps", type=_count(1), default=defaults.num_steps, metavar="N", dest="num_steps",
+                   help=f"training steps, one document each, 1 to {INT_MAX} (default: %(default)s)")
+    p.add_argument("--samples", type=_count(0), default=defaults.num_samples, metavar="N",
+                   dest="num_samples",
+                   help=f"documents to sample after training, 0 to {INT_MAX} (default: %(default)s)")
+    p.add_argument("--temperature", type=_temperature, default=defaults.temperature, metavar="T",
+                   help="sampling temperature, a number > 0 (default: %(default)s)")
+    p.add_argument("--input", metavar="PATH", dest="input_path",
+                   help="text file, one document per line (default: the names package's US-census first names, "
+                        "lowercased, each once)")
+    p.add_argument("--engine", choices=ENGINES, default=defaults.engine,
+                   help="fast: all steps in persistent single-block kernels; reference: microgpt.cu's kernel "
+                        "launches one by one, replayed as CUDA graphs. Both print the same bits (default: %(default)s)")
+    p.add_argument("--loss-log", metavar="FILE",
+                   help="also write the per-step losses to FILE as CSV (step,loss,loss_hex: the printed %%.4f value "
+                        "and the exact float32 as float.hex); FILE must not exist (default: no log)")
+    return p
 
 
 def parse_options(argv):
+    """Options from argv; UsageError for a bad command line. --help prints the help and raises SystemExit(0)."""
     opts = Options()
-    i = 0
-    while i < len(argv):
-        flag = argv[i]
-        if flag in ("-h", "--help"):
-            print(USAGE)
-            raise SystemExit(0)
-        if flag not in ("--steps", "--samples", "--temperature", "--input", "--engine"):
-            raise InputError(f"unknown option {flag!r}; {USAGE}")
-        if i + 1 == len(argv):
-            raise InputError(f"{flag} needs a value; {USAGE}")
-        value = argv[i + 1]
-        if flag == "--steps":
-            opts.num_steps = _int_option(flag, value, 1)
-        elif flag == "--samples":
-            opts.num_samples = _int_option(flag, value, 0)
-        elif flag == "--temperature":
-            opts.temperature = _temperature(value)
-        elif flag == "--engine":
-            if value not in ENGINES:
-                raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {value!r}")
-            opts.engine = value
-        else:
-            opts.input_path = value
-        i += 2
+    _, extra = _parser().parse_known_args(argv, namespace=opts)
+    if extra:
+        what = "unknown option {!r}" if extra[0].startswith("-") else \
+            "unexpected argument {!r} (each value follows its option)"
+        raise UsageError(f"{what.format(extra[0])}; {HELP_HINT}")
     return opts
 
 
-def train(opts, out):
-    gen = GlibcRand(SEED)
-    docs = default_docs() if opts.input_path is None else read_input(opts.input_path)
-    corpus = DEFAULT_CORPUS if opts.input_path is None else opts.input_path
-    dataset = load_dataset(docs, gen)
-    out.write(f"corpus: {corpus}\n".encode())
-    out.write(b"num docs: %d\nvocab size: %d\n" % (len(dataset.docs), dataset.vocab_size))
+def check_gpu():
+    from cudakit.gpu import unavailable_reason
 
-    param_arena = FloatArena(param_storage_count(dataset.vocab_size))
-    model = Model(param_arena, dataset.vocab_size, gen)
-    out.write(b"num params: %d\n" % model.total_params())
-    cache_arena = FloatArena(train_cache_storage_count(dataset.vocab_size))
-    cache = TrainCache(cache_arena, dataset.vocab_size)
-    scratch_arena = FloatArena(scratch_storage_count(dataset.vocab_size))
-    scratch = Scratch(scratch_arena, dataset.vocab_size)
-    out.flush()
+    reason = unavailable_reason()
+    if reason is not None:
+        raise InputError(f"{reason}; run on a machine with an NVIDIA GPU and driver, or set NUMBA_ENABLE_CUDASIM=1 "
+                         f"for Numba's CPU simulator (slow: the defaults take hours there; try {QUICK_RUN})")
 
-    end = b"\r" if out.isatty() else b"\n"
-    if opts.engine == "reference":
-        for step, loss in enumerate(reference.train(model, cache, scratch, dataset, opts.num_steps)):
-            out.write(step_line(step, opts.num_steps, loss) + end)
-            out.flush()
-        generate_samples(model, cache, dataset, StepValues(), opts.num_samples, opts.temperature, gen, out)
-        return
 
-    layout = fast.Layout(model, param_arena, cache, cache_arena, scratch, scratch_arena)
-    generation = fast.Generation(layout, dataset, opts.num_samples, opts.temperature, gen)
-    for step, loss in enumerate(fast.train(layout, dataset, opts.num_steps, while_training=generation.load)):
-        out.write(step_line(step, opts.num_steps, loss) + end)
-    out.write(b"\n--- inference (new, hallucinated names) ---\n")
-    for sample_idx, sample in enumerate(generation.run()):
-        out.write(sample_line(sample_idx, sample))
-    out.flush()
+def _duration(seconds):
+    for unit, size, limit in (("s", 1, 90), ("minutes", 60, 60), ("hours", 3600, 48), ("days", 86400, 730)):
+        if seconds < size * limit:
+            value = seconds / size
+            return f"{value:.1f} {unit}" if unit == "hours" and value < 10 else f"{value:.0f} {unit}"
+    return f"{seconds / (365 * 86400):.0f} years"
+
+
+def simulator_note(opts):
+    step_s, sample_s = SIMULATOR_SECONDS[opts.engine]
+    total = opts.num_steps * step_s + opts.num_samples * sample_s
+    note = (f"NUMBA_ENABLE_CUDASIM=1: the kernels run in Numba's CPU simulator, roughly {step_s:g} s a training step "
+            f"and {sample_s:g} s a sample with the {opts.engine} engine (an estimate from a 2-core machine, names "
+            f"corpus), so this run takes roughly {_duration(total)}")
+    if total > 120:
+        note += f"; for a quick look try {QUICK_RUN}"
+    return note
+
+
+def is_cached(dispatcher):
+    """Whether Numba's on-disk cache holds the kernel for this GPU and source: True, False, or None
+    when that cannot be told (no cache, another Numba)."""
+    try:
+        import numba_cuda
+
+        cache = dispatcher._cache
+        index = cache._cache_file._load_index()  # {} when missing, stale (source changed) or another Numba
+        probe = cache._index_key(None, dispatcher.targetctx.codegen())  # (signature, GPU, numba-cuda, source)
+    except Exception:
+        return None
+    if len(probe) < 4 or probe[2] != numba_cuda.__version__:  # not the key layout this reads
+        return None
+    return any(key[1:] == probe[1:] for key in index)
+
+
+def engine_kernels(engine):
+    if engine == "fast":
+        from . import fast
+
+        return [fast.train_kernel, fast.generate_kernel]
+    from . import kernels
+
+    return [getattr(kernels, name) for name in sorted(dir(kernels)) if name.endswith("_kernel")]
+
+
+def compile_note(engine):
+    """One line when the engine's kernels will compile (a first run); None when they load from the
+    cache, or when that cannot be told."""
+    cached = [is_cached(k) for k in engine_kernels(engine)]
+    if False not in cached:
+        return None
+    return (f"compiling the {engine} engine's GPU kernels, roughly {COMPILE_SECONDS[engine]} s; this happens once: "
+            "later runs load them from Numba's cache")
+
+
+def open_loss_log(path):
+    """The --loss-log file, created now (before training); it never replaces an existing file."""
+    shown = shown_path(path)
+    try:
+        log = open(path, "x", newline="")
+    except FileExistsError:
+        raise InputError(f"--loss-log file {shown} exists; give a new file name (an existing log is never "
+                         "overwritten)") from None
+    except OSError as exc:
+        raise InputError(f"could not create --loss-log file {shown} ({exc.strerror}); give a writable path") from None
+    log.write("step,loss,loss_hex\n")
+    return log
 
 
 def step_line(step, num_steps, loss):
     return b"step %4d / %4d | loss %.4f" % (step + 1, num_steps, loss)
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def loss_row(step, loss):
+    """The CSV row of a step: as printed (%.4f of the float32), then the float32 exactly."""
+    return "%d,%.4f,%s\n" % (step + 1, loss, float(loss).hex())
+
+
+def train(opts, out, err=None):
+    """The run: header lines, the steps, the samples on out (bytes); notes on err (text)."""
+    from . import fast, model as reference
+    from .arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
+        train_cache_storage_count
+    from .dataset import default_docs, load_dataset, read_input
+    from .glibc_rand import GlibcRand
+    from .model import StepValues
+    from .sample import generate_samples, sample_line
+    from numba import config
+
+    err = sys.stderr if err is None else err
+    gen = GlibcRand(SEED)
+    docs = default_docs() if opts.input_path is None else read_input(opts.input_path)
+    corpus = DEFAULT_CORPUS.encode() if opts.input_path is None else os.fsencode(opts.input_path)
+    log = open_loss_log(opts.loss_log) if opts.loss_log is not None else None
     try:
-        opts = parse_options(argv)
-        quiet()
-        reason = unavailable_reason()
-        if reason is not None:
-            raise InputError(f"{reason}; run on a machine with an NVIDIA GPU and driver, "
-                             "or set NUMBA_ENABLE_CUDASIM=1 to use the (slow) CPU simulator")
-        train(opts, sys.stdout.buffer)
-    except InputError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        dataset = load_dataset(docs, gen)
+        out.write(b"corpus: " + corpus + b"\n")
+        out.write(b"num docs: %d\nvocab size: %d\n" % (len(dataset.docs), dataset.vocab_size))
+
+        param_arena = FloatArena(param_storage_count(dataset.vocab_size))
+        model = Model(param_arena, dataset.vocab_size, gen)
+        out.write(b"num params: %d\n" % model.total_params())
+        cache_arena = FloatArena(train_cache_storage_count(dataset.vocab_size))
+        cache = TrainCache(cache_arena, dataset.vocab_size)
+        scratch_arena = FloatArena(scratch_storage_count(dataset.vocab_size))
+        scratch = Scratch(scratch_arena, dataset.vocab_size)
+        out.flush()
+
+        note = simulator_note(opts) if config.ENABLE_CUDASIM else compile_note(opts.engine)
+        if note:
+            print(f"{PROG}: {note}", file=err, flush=True)
+
+        end = b"\r" if out.isatty() else b"\n"
+        step = 0
+
+        def print_steps(losses):
+            nonlocal step
+            for loss in losses:
+                out.write(step_line(step, opts.num_steps, loss) + end)
+                if log is not None:
+                    log.write(loss_row(step, loss))
+                step += 1
+            out.flush()
+            if log is not None:
+                log.flush()
+
+        if opts.engine == "reference":
+            for losses in reference.train_batches(model, cache, scratch, dataset, opts.num_steps):
+                print_steps(losses)
+            generate_samples(model, cache, dataset, StepValues(), opts.num_samples, opts.temperature, gen, out)
+            return
+
+        layout = fast.Layout(model, param_arena, cache, cache_arena, scratch, scratch_arena)
+        generation = fast.Generation(layout, dataset, opts.num_samples, opts.temperature, gen)
+        for losses in fast.train_chunks(layout, dataset, opts.num_steps, while_training=generation.load):
+            print_steps(losses)
+        out.write(b"\n--- inference (new, hallucinated names) ---\n")
+        sample_idx = 0
+        for samples in generation.chunks():
+            for sample in samples:
+                out.write(sample_line(sample_idx, sample))
+                sample_idx += 1
+            out.flush()
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _cuda_errors():
+    """The exceptions a failing GPU, driver or toolkit raises (those this Numba has)."""
+    errors = []
+    for module, names in (("numba.cuda.cudadrv.error", ("CudaDriverError", "CudaRuntimeError", "CudaSupportError",
+                                                         "NvvmError", "NvvmSupportError", "NvrtcError",
+                                                         "NvrtcSupportError", "CCSupportError")),
+                          ("numba.cuda.cudadrv.driver", ("LinkerError",)),
+                          ("cuda.core._utils.cuda_utils", ("CUDAError",))):
+        try:
+            found = importlib.import_module(module)
+        except ImportError:
+            continue
+        errors += [getattr(found, name) for name in names if isinstance(getattr(found, name, None), type)]
+    return tuple(errors)
+
+
+def _one_line(text):
+    return " ".join(str(text).split())
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        try:
+            opts = parse_options(argv)
+        except SystemExit as exc:  # --help
+            return exc.code or 0
+        from cudakit.gpu import quiet
+
+        quiet()  # before any kernel compiles: they compile lazily, at their first launch
+        check_gpu()
+        try:
+            train(opts, sys.stdout.buffer)
+        except _cuda_errors() as exc:
+            raise RunFailed(f"the GPU run failed ({type(exc).__name__}: {_one_line(exc)}); check that the NVIDIA "
+                            "driver and the CUDA toolkit wheels work (nvidia-smi, pip install 'numba-cuda[cu13]')")
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # writing stdout (a full disk, a closed terminal)
+            raise RunFailed(f"could not write the output ({exc.strerror or exc}); check where stdout goes")
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except (InputError, RunFailed) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader left early (e.g. `| head`)
         # Python flushes stdout again at exit; point it at /dev/null so that does not fail too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -4,6 +4,7 @@ A document is one line of the input with its trailing '\\n'/'\\r' bytes removed;
 are dropped. The C keeps lines as C strings, so a document ends at its first NUL byte.
 The vocabulary is the set of bytes seen, in ascending order; BOS is the id after them.
 """
+import os
 from importlib import resources
 
 import numpy as np
@@ -42,17 +43,26 @@ def split_docs(data):
     return docs
 
 
+def shown_path(path):
+    """A path for a one-line message, quoted: its bytes (os.fsencode: a name need not be UTF-8) as UTF-8,
+    undecodable bytes as \\xNN and unprintable characters escaped."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return "'" + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text) + "'"
+
+
 def read_input(path):
+    shown = shown_path(path)
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise InputError(f"input file {path!r} does not exist; give --input an existing text file, one document per line")
+        raise InputError(f"input file {shown} does not exist; "
+                         "give --input an existing text file, one document per line")
     except OSError as exc:
-        raise InputError(f"could not read input file {path!r} ({exc.strerror}); give --input a readable text file")
+        raise InputError(f"could not read input file {shown} ({exc.strerror}); give --input a readable text file")
     docs = split_docs(data)
     if not docs:
-        raise InputError(f"input file {path!r} has no non-empty line; give --input a file with one document per line")
+        raise InputError(f"input file {shown} has no non-empty line; give --input a file with one document per line")
     return docs
 
 
@@ -63,7 +73,11 @@ def default_docs():
     """
     docs = {}
     for table in ("dist.female.first", "dist.male.first"):
-        text = resources.files("names").joinpath(table).read_text(encoding="ascii")
+        try:
+            text = resources.files("names").joinpath(table).read_text(encoding="ascii")
+        except (ImportError, OSError) as exc:
+            raise InputError(f"the default corpus, the names package, is not there ({exc}); "
+                             "pip install names, or give --input a text file with one document per line")
         docs.update((line.split()[0].lower().encode("ascii"), None) for line in text.splitlines() if line.strip())
     return list(docs)
 

@@ -1,4 +1,5 @@
-"""The fast engine: all training steps, then all sampling, each in one persistent single-block kernel.
+"""The fast engine: the training steps, then the sampling, in persistent single-block kernels (a launch
+for each chunk of steps or samples: see chunk_plan).
 
 A step's positions run in parallel. microgpt.cu's position loops only order accumulations, and
 attention is the one link between positions (position t reads keys/values 0..t), so each phase
@@ -21,7 +22,8 @@ opt-in. At the end the scratch arena gets position 0's copy, which is where the 
 backward pass leaves it.
 
 The host keeps what is host math in the C: glibc powf for Adam's schedule and the glibc
-rand_uniform draws for sampling; the loss is summed on the device as the reference engine sums it.
+rand_uniform draws for sampling; the loss is taken on the host from each position's target
+probability, as in the C (model.sequence_loss).
 """
 import numpy as np
 from numba import config, cuda, float32
@@ -33,12 +35,12 @@ from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, FloatArena, position_cache_fie
 from .constants import BLOCK_SIZE, HEAD_DIM, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
 from .dataset import tokenize_doc, trained_positions
 from .glibc_rand import rand_uniform
-from .kernels import (SOFTMAX_THREADS, ZERO, ONE, accumulate_loss, adam_update, attention_grad_logit, attention_mix,
+from .kernels import (ATTN_SCALE, ONE, SOFTMAX_THREADS, ZERO, adam_update, attention_grad_logit, attention_mix,
                       attention_softmax, attention_weighted_sum, cross_entropy_backward, head_dot, relu_backward,
-                      relu_forward, rms_scale, rmsnorm_backward_element, rmsnorm_forward_at,
-                      row_add, scaled_grad, sgemv_n, sger_term, sgemv_t, softmax_local_exp, softmax_local_max,
-                      softmax_normalize, tree_step, vec_add, vec_add_inplace, ATTN_SCALE)
-from .model import adam_schedule
+                      relu_forward, rms_scale, rmsnorm_backward_element, rmsnorm_forward_at, row_add, scaled_grad,
+                      sgemv_n, sgemv_t, sger_term, softmax_local_exp, softmax_local_max, softmax_normalize,
+                      target_prob, tree_step, vec_add, vec_add_inplace)
+from .model import adam_schedule, sequence_loss
 
 THREADS = 512
 # 512 threads x 128 registers fill an SM's 64K registers. Uncapped, ptxas gives train_kernel 137 for
@@ -433,8 +435,9 @@ def arena_views(params_g, cache_g, pos_scratch_g, staged, tid, nt):
 
 @cuda.jit(**KERNEL_OPTIONS)
 def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pcount, postab_g, kvtab_g, stab_g,
-                 vocab_size, doc_tokens, doc_start, doc_positions, schedule, num_steps, loss_sums):
-    """Steps 0..num_steps-1: forward_sequence (summing the loss into loss_sums[step]), backward, Adam.
+                 vocab_size, doc_tokens, doc_start, doc_positions, schedule, num_steps, target_probs):
+    """Steps 0..num_steps-1: forward_sequence (its positions' target probabilities into
+    target_probs[step], from which the host takes the loss as the C does), backward, Adam.
     Document d's tokens start at doc_start[d]; it trains doc_positions[d] positions."""
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
@@ -453,9 +456,8 @@ def train_kernel(params_g, cache_g, scratch_g, pos_scratch_g, staged, ptab_g, pc
         n = doc_positions[doc]
         forward_positions(params, cache, ptab, postab, kvtab, vocab_size, tokens, 0, n, tid, nt)
         softmax_positions(cache, postab, vocab_size, ONE, 0, n, red, tid, nt)
-        if tid == 0:  # forward_sequence's total_loss, in position order
-            for pos in range(n):
-                accumulate_loss(cache[postab[pos, PROBS]:], tokens[pos + 1], loss_sums, step)
+        for pos in range(tid, n, nt):
+            target_prob(cache[postab[pos, PROBS]:], tokens[pos + 1], target_probs[step], pos)
         backward_sequence(params, cache, pos_scratch, sc, ptab, postab, kvtab, stab, wsum, vocab_size, tokens, n,
                           tid, nt)
         lr_t, beta1_corr, beta2_corr = schedule[step, 0], schedule[step, 1], schedule[step, 2]
@@ -521,7 +523,7 @@ def generate_kernel(params_g, cache_g, pos_scratch_g, staged, ptab_g, postab_g, 
 
 def document_tokens(dataset, num_steps):
     """The token lists of the documents the run trains on, flattened, with start offsets and each
-    one's trained positions."""
+    one's trained positions. At most one entry per document, however many steps the run has."""
     used = dataset.docs[:min(num_steps, len(dataset.docs))]
     lists = [tokenize_doc(dataset, doc) for doc in used]
     start = np.zeros(len(lists) + 1, dtype=np.int32)
@@ -553,10 +555,10 @@ def load(kernel, args, nbytes):
                                     nbytes, cufunc.handle, cufunc.device.id)
 
 
-def launch(kernel, args, nbytes):
+def launch(kernel, args, nbytes, stream=0):
     """One block of THREADS with nbytes of dynamic shared memory (0: arenas in global memory)."""
     load(kernel, args, nbytes)
-    kernel[1, THREADS, 0, nbytes](*args)
+    kernel[1, THREADS, stream, nbytes](*args)
 
 
 def staged_bytes(*arenas):
@@ -564,46 +566,197 @@ def staged_bytes(*arenas):
     return nbytes if nbytes <= stage_budget() else 0
 
 
-def train(layout, dataset, num_steps, while_training=None):
-    """Runs all steps on the device; returns the per-step losses as forward_sequence would print them.
-    while_training() runs on the host between the launch and the wait for the losses."""
+# Training and sampling run in launches of bounded chunks: the first small, so that its lines print
+# soon, then doubling up to a cap, so that host memory does not grow with --steps or --samples and
+# a run of any length is a few launches per second at most. On the H200 a step takes about 71 us,
+# so the first 1,024 steps (the default run's 1,000 in one launch) print after about 0.07 s and a
+# full chunk of 32,768 takes about 2.3 s. In the simulator a step takes seconds: one per launch.
+# A launch keeps nothing from the previous one but the arenas (the kernels stage them back; the
+# per-position scratch is written before it is read in every step, see train_kernel), so the
+# printed losses, the samples and the arenas are the bits of a single launch.
+if config.ENABLE_CUDASIM:
+    FIRST_CHUNK_STEPS, MAX_CHUNK_STEPS = 1, 1
+    FIRST_CHUNK_SAMPLES, MAX_CHUNK_SAMPLES = 1, 1
+else:
+    FIRST_CHUNK_STEPS, MAX_CHUNK_STEPS = 1024, 32768
+    FIRST_CHUNK_SAMPLES, MAX_CHUNK_SAMPLES = 256, 4096
+
+
+def chunk_plan(total, first, cap):
+    """(start, count) of each launch for items 0..total-1: first, then doubling up to cap."""
+    start, size = 0, max(1, min(first, cap))
+    while start < total:
+        count = min(size, total - start)
+        yield start, count
+        start += count
+        size = min(2 * size, cap)
+
+
+def chunk_tables(start, positions, num_steps, first_step, count, out_schedule=None):
+    """Steps first_step..first_step+count-1 of a run of num_steps, as train_kernel reads a launch's
+    steps 0..count-1: Adam's schedule (count x 3) and the document tables rotated so that the
+    launch's step 0 trains document first_step mod the document count."""
+    docs = positions.shape[0]
+    order = (first_step + np.arange(docs)) % docs
+    schedule = np.empty((count, 3), dtype=np.float32) if out_schedule is None else out_schedule[:count]
+    for i in range(count):
+        schedule[i] = adam_schedule(first_step + i, num_steps)
+    return schedule, np.ascontiguousarray(start[order]), np.ascontiguousarray(positions[order])
+
+
+def list_ahead(items):
+    """(item, the next item or None) for each item."""
+    items = iter(items)
+    current = next(items, None)
+    while current is not None:
+        upcoming = next(items, None)
+        yield current, upcoming
+        current = upcoming
+
+
+class _TrainChunk:
+    """One launch's host and device buffers; two alternate so that the next launch is prepared and
+    queued while the current one runs."""
+
+    def __init__(self, cap, docs):
+        self.h_schedule = cuda.pinned_array((cap, 3), dtype=np.float32)
+        self.h_target_probs = cuda.pinned_array((cap, BLOCK_SIZE), dtype=np.float32)
+        self.d_schedule = cuda.device_array((cap, 3), dtype=np.float32)
+        self.d_target_probs = cuda.device_array((cap, BLOCK_SIZE), dtype=np.float32)
+        self.d_start = cuda.device_array(docs, dtype=np.int32)
+        self.d_positions = cuda.device_array(docs, dtype=np.int32)
+        self.first_step = self.count = 0
+        self.done = None
+
+
+def train_chunks(layout, dataset, num_steps, while_training=None):
+    """Runs the steps on the device, a chunk per launch, yielding each launch's losses (float32, as
+    forward_sequence would print them) as it finishes, while the next launch runs. while_training()
+    runs on the host right after the first launch is queued (before any wait)."""
     params, cache, scratch = layout.arenas
     flat, start, positions = document_tokens(dataset, num_steps)
-    schedule = np.array([adam_schedule(step, num_steps) for step in range(num_steps)], dtype=np.float32)
-    loss_sums = cuda.to_device(np.zeros(num_steps, dtype=np.float32))
+    d_flat = cuda.to_device(flat)
     nbytes = staged_bytes(params, cache, layout.pos_scratch)
-    launch(train_kernel, (params, cache, scratch, layout.pos_scratch, nbytes > 0, layout.ptab, layout.pcount,
-                          layout.postab, layout.kvtab, layout.stab, dataset.vocab_size, cuda.to_device(flat),
-                          cuda.to_device(start), cuda.to_device(positions), cuda.to_device(schedule), num_steps,
-                          loss_sums),
-           nbytes)
-    if while_training is not None:
-        while_training()
-    n = positions[np.arange(num_steps) % len(positions)].astype(np.float32)
-    return list(loss_sums.copy_to_host() / n)
+    cap = min(MAX_CHUNK_STEPS, num_steps)
+    stream = cuda.stream()
+    one_launch = num_steps <= min(FIRST_CHUNK_STEPS, MAX_CHUNK_STEPS)
+    buffers = [_TrainChunk(cap, positions.shape[0]) for _ in range(1 if one_launch else 2)]
+    queued = []
+
+    def queue(chunk, first_step, count):
+        schedule, rot_start, rot_positions = chunk_tables(start, positions, num_steps, first_step, count,
+                                                          chunk.h_schedule)
+        chunk.first_step, chunk.count = first_step, count
+        chunk.d_schedule[:count].copy_to_device(schedule, stream=stream)
+        chunk.d_start.copy_to_device(rot_start, stream=stream)  # from pageable memory: copied before the call returns
+        chunk.d_positions.copy_to_device(rot_positions, stream=stream)
+        args = (params, cache, scratch, layout.pos_scratch, nbytes > 0, layout.ptab, layout.pcount, layout.postab,
+                layout.kvtab, layout.stab, dataset.vocab_size, d_flat, chunk.d_start, chunk.d_positions,
+                chunk.d_schedule[:count], count, chunk.d_target_probs[:count])
+        if first_step == 0:
+            load(train_kernel, args, nbytes)
+        train_kernel[1, THREADS, stream, nbytes](*args)
+        chunk.d_target_probs[:count].copy_to_host(chunk.h_target_probs[:count], stream=stream)
+        chunk.done = cuda.event()
+        chunk.done.record(stream)
+        queued.append(chunk)
+
+    def finish():
+        chunk = queued.pop(0)
+        chunk.done.synchronize()
+        n = positions[(chunk.first_step + np.arange(chunk.count)) % positions.shape[0]]
+        return [sequence_loss(chunk.h_target_probs[i], n[i]) for i in range(chunk.count)]
+
+    for index, (first_step, count) in enumerate(chunk_plan(num_steps, FIRST_CHUNK_STEPS, MAX_CHUNK_STEPS)):
+        queue(buffers[index % len(buffers)], first_step, count)
+        if index == 0 and while_training is not None:
+            while_training()
+        if len(queued) > 1:  # the previous launch's losses, while this one runs
+            yield finish()
+    while queued:
+        yield finish()
+
+
+def train_losses(layout, dataset, num_steps, while_training=None):
+    """train_chunks' losses one step at a time."""
+    for losses in train_chunks(layout, dataset, num_steps, while_training):
+        yield from losses
+
+
+def train(layout, dataset, num_steps, while_training=None):
+    """Runs all steps on the device; returns the per-step losses as forward_sequence would print them.
+    while_training() runs on the host between the first launch and the first wait for the losses.
+    A list of num_steps floats: a command line iterates train_chunks instead."""
+    return list(train_losses(layout, dataset, num_steps, while_training))
 
 
 class Generation:
-    """generate_samples' launch, set up before training so that the kernel can load while the GPU trains
-    (its uniforms are the draws after the init, as in the C: training draws none)."""
+    """generate_samples' launches, set up before training so that the kernel can load while the GPU trains.
+
+    The kernel reads the rand_uniform() draws it needs from a table drawn ahead, one draw per generated
+    token as in the C (training draws none, so the first is the first after the init). Samples run in
+    chunks, a launch each; a chunk of s samples is handed s * BLOCK_SIZE draws, the most it can take,
+    and the draws it did not take (a sample ending at BOS takes its length + 1) start the next chunk's
+    table, so the glibc stream is consumed exactly as the C consumes it."""
 
     def __init__(self, layout, dataset, num_samples, temperature, gen):
         params, cache, _ = layout.arenas
-        uniforms = np.array([rand_uniform(gen) for _ in range(max(num_samples, 1) * BLOCK_SIZE)], dtype=np.float32)
-        self.samples = cuda.device_array((max(num_samples, 1), BLOCK_SIZE), dtype=np.int32)
-        self.lengths = cuda.device_array(max(num_samples, 1), dtype=np.int32)
+        self.cap = max(1, min(num_samples, MAX_CHUNK_SAMPLES))
+        self.gen = gen
+        self.pending = np.zeros(0, dtype=np.float32)  # draws made and not yet taken
+        first = min(num_samples, FIRST_CHUNK_SAMPLES, self.cap)
+        self.first_uniforms = self.draws(max(first, 1) * BLOCK_SIZE)
+        self.d_uniforms = cuda.to_device(np.zeros(self.cap * BLOCK_SIZE, dtype=np.float32))
+        self.d_uniforms[:self.first_uniforms.shape[0]].copy_to_device(self.first_uniforms)
+        self.d_samples = cuda.device_array((self.cap, BLOCK_SIZE), dtype=np.int32)
+        self.d_lengths = cuda.device_array(self.cap, dtype=np.int32)
         self.nbytes = staged_bytes(params, cache, layout.pos_scratch)
-        self.args = (params, cache, layout.pos_scratch, self.nbytes > 0, layout.ptab, layout.postab, layout.kvtab,
-                     layout.stab, dataset.vocab_size, dataset.bos_id, np.float32(1.0) / np.float32(temperature),
-                     cuda.to_device(uniforms), num_samples, self.samples, self.lengths)
+        self.base_args = (params, cache, layout.pos_scratch, self.nbytes > 0, layout.ptab, layout.postab,
+                          layout.kvtab, layout.stab, dataset.vocab_size, dataset.bos_id,
+                          np.float32(1.0) / np.float32(temperature))
         self.num_samples = num_samples
         self.id_to_char = dataset.id_to_char
 
+    def fresh(self, count):
+        return np.array([rand_uniform(self.gen) for _ in range(count)], dtype=np.float32)
+
+    def draws(self, count):
+        """The next count draws of the stream: the pending ones first, then new ones."""
+        table = np.concatenate([self.pending, self.fresh(max(0, count - self.pending.shape[0]))])
+        self.pending = table[count:]
+        return table[:count]
+
+    def args(self, count):
+        return self.base_args + (self.d_uniforms, count, self.d_samples, self.d_lengths)
+
     def load(self):
-        load(generate_kernel, self.args, self.nbytes)
+        load(generate_kernel, self.args(max(1, min(self.num_samples, FIRST_CHUNK_SAMPLES))), self.nbytes)
+
+    def chunks(self):
+        """The samples as byte strings, a chunk (a launch) at a time."""
+        plan = list_ahead(chunk_plan(self.num_samples, FIRST_CHUNK_SAMPLES, self.cap))
+        for (first, count), upcoming in plan:
+            table = self.first_uniforms if first == 0 else self.draws(count * BLOCK_SIZE)
+            self.start(table, count, upload=first > 0)
+            if upcoming is not None:  # while the kernel runs: new draws for the next chunk, no more than it may need
+                need = upcoming[1] * BLOCK_SIZE - self.pending.shape[0]
+                self.pending = np.concatenate([self.pending, self.fresh(max(0, need))])
+            samples, lengths = self.collect()
+            # The draws each sample took: one per token, BOS included; a full-length sample takes BLOCK_SIZE.
+            taken = int(np.minimum(lengths[:count].astype(np.int64) + 1, BLOCK_SIZE).sum())
+            self.pending = np.concatenate([table[taken:], self.pending])
+            yield [bytes(self.id_to_char[samples[s, :lengths[s]]]) for s in range(count)]
+
+    def start(self, table, count, upload=True):
+        """Queues the launch of count samples reading the draws in table (on the device already unless upload)."""
+        if upload:
+            self.d_uniforms[:table.shape[0]].copy_to_device(table)
+        launch(generate_kernel, self.args(count), self.nbytes)
+
+    def collect(self):
+        """The launch's samples (token ids) and lengths, once it has finished."""
+        return self.d_samples.copy_to_host(), self.d_lengths.copy_to_host()
 
     def run(self):
-        """The samples as byte strings."""
-        launch(generate_kernel, self.args, self.nbytes)
-        samples, lengths = self.samples.copy_to_host(), self.lengths.copy_to_host()
-        return [bytes(self.id_to_char[samples[s, :lengths[s]]]) for s in range(self.num_samples)]
+        """The samples as byte strings (a list of num_samples: a command line iterates chunks())."""
+        return [sample for chunk in self.chunks() for sample in chunk]

@@ -15,14 +15,13 @@ import numpy as np
 from numba import cuda, float32
 
 from .constants import ADAM_EPS, BETA1, BETA2, BLOCK_SIZE, HEAD_DIM, N_EMBD, N_HEAD, RMS_EPS
-from cudakit.devmath import expf, logf, mul, rsqrtf, sqrtf
+from cudakit.devmath import expf, mul, rsqrtf, sqrtf
 from cudakit.devmath import fma as fmaf  # the C's name
 
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
 NEG_HUGE = np.float32(-1e30)
 ATTN_SCALE = ONE / np.sqrt(np.float32(HEAD_DIM))  # 1.0f / sqrtf((float)HEAD_DIM), exactly 0.5
-PROB_FLOOR = np.float32(1e-20)
 SOFTMAX_THREADS = 256  # scaled_softmax_kernel's block and shared scratch size
 
 
@@ -398,7 +397,6 @@ def attention_backward_kernel(q, keys, values, attn_weights, grad_attn_out, grad
 # up in a halving tree; each run from 0, in order, with fma. sger is one fma per element.
 SGEMV_T_WIDE = 64  # OP_T's sums of this many terms or more go in 32 runs
 SGEMV_T_PARTS_WIDE = 32
-SGEMV_MAX_PARTS = 32
 
 
 @cuda.jit(device=True)
@@ -410,23 +408,49 @@ def run_sum(a, stride, b, k0, k1):
     return acc
 
 
+# The halving tree over 32 runs (part[l] += part[l + width], width 16, 8, 4, 2, 1), written as the
+# nested sums it adds up, so that the runs are summed depth first and only a few partial sums are
+# live at once (a local array of 32 would spill the fast engine's registers).
+@cuda.jit(device=True)
+def tree_leaf(a, stride, b, K, length, lane):
+    return run_sum(a, stride, b, lane * length, min(lane * length + length, K))
+
+
+@cuda.jit(device=True)
+def tree16(a, stride, b, K, length, lane):
+    return tree_leaf(a, stride, b, K, length, lane) + tree_leaf(a, stride, b, K, length, lane + 16)
+
+
+@cuda.jit(device=True)
+def tree8(a, stride, b, K, length, lane):
+    return tree16(a, stride, b, K, length, lane) + tree16(a, stride, b, K, length, lane + 8)
+
+
+@cuda.jit(device=True)
+def tree4(a, stride, b, K, length, lane):
+    return tree8(a, stride, b, K, length, lane) + tree8(a, stride, b, K, length, lane + 4)
+
+
+@cuda.jit(device=True)
+def tree2(a, stride, b, K, length, lane):
+    return tree4(a, stride, b, K, length, lane) + tree4(a, stride, b, K, length, lane + 2)
+
+
 @cuda.jit(device=True)
 def cublas_sum(a, stride, b, K, parts):
     """sum over k < K of a[k * stride] * b[k] the way cuBLAS's sgemv adds it up: K split into
-    `parts` runs of ceil(K / parts) consecutive terms, each summed from 0 in order with fma, then
-    a halving tree (part[l] += part[l + width], width = parts / 2 down to 1)."""
+    `parts` (2 or 32) runs of ceil(K / parts) consecutive terms, each summed from 0 in order with
+    fma, then a halving tree (part[l] += part[l + width], width = parts / 2 down to 1)."""
     length = (K + parts - 1) // parts
-    if parts == 2:
-        return run_sum(a, stride, b, 0, length) + run_sum(a, stride, b, length, K)
-    part = cuda.local.array(SGEMV_MAX_PARTS, np.float32)
-    for p in range(parts):
-        part[p] = run_sum(a, stride, b, p * length, min(p * length + length, K))
-    width = parts // 2
-    while width > 0:
-        for lane in range(width):
-            part[lane] += part[lane + width]
-        width //= 2
-    return part[0]
+    if parts == 2:  # one loop, two accumulators: two loops unrolled side by side spill the fast engine
+        first = second = ZERO
+        for k in range(K):
+            if k < length:
+                first = fmaf(a[k * stride], b[k], first)
+            else:
+                second = fmaf(a[k * stride], b[k], second)
+        return first + second
+    return tree2(a, stride, b, K, length, 0) + tree2(a, stride, b, K, length, 1)
 
 
 @cuda.jit(device=True)
@@ -504,15 +528,13 @@ def copy_kernel(dst, src, n):
 
 
 @cuda.jit(device=True)
-def accumulate_loss(probs, target_id, total, slot):
-    """forward_sequence's total_loss += -logf(prob), with the C's 1e-20 floor, summed on the device."""
-    prob = probs[target_id]
-    if prob < PROB_FLOOR:
-        prob = PROB_FLOOR
-    total[slot] += -logf(prob)
+def target_prob(probs, target_id, out, slot):
+    """What forward_sequence copies to the host: the target's probability. The C takes the loss
+    there, with glibc's logf (model.sequence_loss)."""
+    out[slot] = probs[target_id]
 
 
 @cuda.jit(cache=True)
-def loss_kernel(probs, tokens, pos_id, total):
+def target_prob_kernel(probs, tokens, pos_id, target_probs):
     if first_thread():
-        accumulate_loss(probs, tokens[pos_id + 1], total, 0)
+        target_prob(probs, tokens[pos_id + 1], target_probs, pos_id)

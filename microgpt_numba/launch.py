@@ -83,8 +83,8 @@ def launch_scaled_softmax(logits, probs, scale, n):
     k.scaled_softmax_kernel[1, k.SOFTMAX_THREADS, Target.stream](logits, probs, np.float32(scale), n)
 
 
-def launch_loss(probs, tokens, pos_id, total):
-    k.loss_kernel[1, 1, Target.stream](probs, tokens, pos_id, total)
+def launch_target_prob(probs, tokens, pos_id, target_probs):
+    k.target_prob_kernel[1, 1, Target.stream](probs, tokens, pos_id, target_probs)
 
 
 def launch_cross_entropy_backward(probs, grad_logits, tokens, pos_id, loss_scale, n):

@@ -4,45 +4,49 @@ included), in the C's order.
 
 What changes from step to step (the tokens, Adam's schedule, the loss) lives in device memory
 (StepValues), so that one step's launches can be recorded once per sequence length and replayed
-(graphs.py). Every step's tokens and schedule are uploaded once (StepTable) and a step's row is
-copied into StepValues on the device, so steps can be queued without the host waiting on each.
-The loss is summed on the device; the host reads it once per step.
+(graphs.py). The steps' tokens and schedule are uploaded a batch of steps at a time (StepTable) and a
+step's row is copied into StepValues on the device, so steps can be queued without the host waiting on each.
+Each position's target probability is copied out per step, and the host takes the loss from them
+as the C does (sequence_loss).
 """
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 from .constants import BETA1, BETA2, BLOCK_SIZE, LEARNING_RATE, MLP_HIDDEN, N_EMBD, N_LAYER
 from .dataset import tokenize_doc, trained_positions
-from .glibc_rand import powf
+from .glibc_rand import logf, powf
 from .graphs import StepGraphs
 from .launch import (copy_device, launch_adam_update, launch_attention_backward, launch_attention_forward,
-                     launch_cross_entropy_backward, launch_linear_backward, launch_loss, launch_matvec,
+                     launch_cross_entropy_backward, launch_linear_backward, launch_matvec,
                      launch_relu_backward, launch_relu_forward, launch_rmsnorm_backward, launch_rmsnorm_forward,
-                     launch_row_add, launch_scaled_softmax, launch_token_embed, launch_token_row_add,
-                     launch_vec_add, launch_vec_add_inplace, zero_device)
+                     launch_row_add, launch_scaled_softmax, launch_target_prob, launch_token_embed,
+                     launch_token_row_add, launch_vec_add, launch_vec_add_inplace, zero_device)
 
 
 class StepTable:
-    """Steps 0..len(token_lists)-1 of a run of total_steps: each step's tokens (BOS, the document, BOS;
-    zero-padded to BLOCK_SIZE + 2) and Adam's schedule, in device memory."""
+    """Steps first_step..first_step+len(token_lists)-1 of a run of total_steps: each step's tokens (BOS,
+    the document, BOS; zero-padded to BLOCK_SIZE + 2) and Adam's schedule, in device memory, row i
+    holding step first_step + i (train builds one table per batch of steps, so that memory does not
+    grow with the run's length)."""
 
-    def __init__(self, token_lists, total_steps):
+    def __init__(self, token_lists, total_steps, first_step=0):
         tokens = np.zeros((len(token_lists), BLOCK_SIZE + 2), dtype=np.int32)
         for step, step_tokens in enumerate(token_lists):
             tokens[step, :len(step_tokens)] = step_tokens
-        schedule = np.array([adam_schedule(step, total_steps) for step in range(len(token_lists))], dtype=np.float32)
+        schedule = np.array([adam_schedule(first_step + step, total_steps) for step in range(len(token_lists))],
+                            dtype=np.float32).reshape(len(token_lists), 3)
         self.tokens = cuda.to_device(tokens)
         self.schedule = cuda.to_device(schedule)
 
 
 class StepValues:
     """tokens: the document's tokens (or the sampled prefix); schedule: (lr_t, 1 - beta1^t, 1 - beta2^t);
-    loss: the sum of the positions' -logf(prob)."""
+    target_probs: each position's probability of its target, what forward_sequence copies to the host."""
 
     def __init__(self):
         self.tokens = cuda.to_device(np.zeros(BLOCK_SIZE + 2, dtype=np.int32))
         self.schedule = cuda.to_device(np.zeros(3, dtype=np.float32))
-        self.loss = cuda.to_device(np.zeros(1, dtype=np.float32))
+        self.target_probs = cuda.to_device(np.zeros(BLOCK_SIZE, dtype=np.float32))
 
     def set_step(self, table, step, stream=0):
         """Copies the table's row for step, device to device, in stream order."""
@@ -53,7 +57,7 @@ class StepValues:
         self.tokens[pos:pos + 1].copy_to_device(np.array([token_id], dtype=np.int32))
 
     def mean_loss(self, n):
-        return self.loss.copy_to_host()[0] / np.float32(n)
+        return sequence_loss(self.target_probs.copy_to_host(), n)
 
 
 def forward_position(model, cache, vocab_size, sv, pos_id):
@@ -87,13 +91,25 @@ def forward_position(model, cache, vocab_size, sv, pos_id):
 
 
 def forward_sequence(model, cache, dataset, sv, n):
-    """Positions 0..n-1 of sv.tokens; sv.loss becomes the sum of -logf(probs[target])."""
-    zero_device(sv.loss)
+    """Positions 0..n-1 of sv.tokens; sv.target_probs[pos] becomes probs[target] (the loss is the host's:
+    sequence_loss)."""
     for pos in range(n):
         pc = cache.pos[pos]
         forward_position(model, cache, dataset.vocab_size, sv, pos)
         launch_scaled_softmax(pc.logits, pc.probs, 1.0, dataset.vocab_size)
-        launch_loss(pc.probs, sv.tokens, pos, sv.loss)
+        launch_target_prob(pc.probs, sv.tokens, pos, sv.target_probs)
+
+
+PROB_FLOOR = np.float32(1e-20)
+
+
+def sequence_loss(target_probs, n):
+    """forward_sequence's host half: total_loss += -logf(prob) over positions 0..n-1 in order, each
+    prob floored at 1e-20f, in float with glibc's logf, then divided by n."""
+    total = np.float32(0.0)
+    for prob in target_probs[:n]:
+        total = np.float32(total + np.float32(-logf(max(np.float32(prob), PROB_FLOOR))))
+    return total / np.float32(n)
 
 
 def zero_attention_accums(cache):
@@ -182,22 +198,45 @@ def train_step(model, cache, scratch, dataset, sv, n):
     adam_update_model(model, sv)
 
 
-PRINT_EVERY = 100  # steps queued between waits for their losses
+# Steps queued between waits for their losses (and the rows of one StepTable). The simulator runs
+# every launch as it is made, a step in seconds: there each step's line prints as it finishes.
+PRINT_EVERY = 1 if config.ENABLE_CUDASIM else 100
+
+
+def step_batches(dataset, num_steps, batch=None):
+    """(first step, token lists) of each batch of at most `batch` steps, built as they are asked for:
+    step s trains on document s mod count, and only the documents the run reaches are tokenized."""
+    batch = PRINT_EVERY if batch is None else batch
+    doc_tokens = [tokenize_doc(dataset, doc) for doc in dataset.docs[:min(num_steps, len(dataset.docs))]]
+    for first in range(0, num_steps, batch):
+        count = min(batch, num_steps - first)
+        yield first, [doc_tokens[(first + i) % len(doc_tokens)] for i in range(count)]
+
+
+def train_batches(model, cache, scratch, dataset, num_steps):
+    """main's loop: step s trains on document s mod count. Yields the steps' mean losses, a list per
+    batch, as the queued steps finish (graphs.py). Each batch of PRINT_EVERY steps has its own
+    StepTable, built while the previous batch runs, and reuses StepGraphs' slots 0..PRINT_EVERY-1, so
+    memory is bounded whatever num_steps is."""
+    sv, graphs = StepValues(), StepGraphs(min(num_steps, PRINT_EVERY))
+    batches = step_batches(dataset, num_steps, PRINT_EVERY)
+    first, token_lists = next(batches)
+    table = StepTable(token_lists, num_steps, first)
+    while True:
+        for slot, tokens in enumerate(token_lists):
+            n = trained_positions(len(tokens))
+            graphs.step(sv, table, slot, n, lambda: train_step(model, cache, scratch, dataset, sv, n))
+        upcoming = next(batches, None)  # prepared on the host while the queued steps run
+        next_table = None if upcoming is None else StepTable(upcoming[1], num_steps, upcoming[0])
+        graphs.wait()
+        yield [sequence_loss(graphs.target_probs[slot], trained_positions(len(tokens)))
+               for slot, tokens in enumerate(token_lists)]
+        if upcoming is None:
+            break
+        (first, token_lists), table = upcoming, next_table
 
 
 def train(model, cache, scratch, dataset, num_steps):
-    """main's loop: step s trains on document s mod count. Yields each step's mean loss, a batch
-    at a time, as the queued steps finish (graphs.py)."""
-    doc_tokens = [tokenize_doc(dataset, doc) for doc in dataset.docs[:num_steps]]
-    token_lists = [doc_tokens[step % len(doc_tokens)] for step in range(num_steps)]
-    sv, graphs, table = StepValues(), StepGraphs(num_steps), StepTable(token_lists, num_steps)
-    printed = 0
-    for step, tokens in enumerate(token_lists):
-        n = trained_positions(len(tokens))
-        graphs.step(sv, table, step, n, lambda: train_step(model, cache, scratch, dataset, sv, n))
-        if (step + 1) % PRINT_EVERY and step + 1 < num_steps:
-            continue
-        graphs.wait()
-        for done in range(printed, step + 1):
-            yield graphs.loss_sums[done] / np.float32(trained_positions(len(token_lists[done])))
-        printed = step + 1
+    """train_batches' losses one step at a time."""
+    for losses in train_batches(model, cache, scratch, dataset, num_steps):
+        yield from losses

@@ -1,6 +1,11 @@
 """cudakit, the plumbing both ports share: the simulator's float32 fused multiply-add is exact (one
 rounding of a*b + c, ties included, against exact rational arithmetic rounded to nearest-even);
-mad's two profiles; the byte range of a device view; a failed recording leaves no stream capturing."""
+mad's two profiles; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
+Numba's advice off the terminal."""
+import os
+import subprocess
+import sys
+import textwrap
 from fractions import Fraction
 
 import numpy as np
@@ -8,6 +13,7 @@ import pytest
 from numba import config
 
 from cudakit import devmath as fp
+from tests.conftest import PYTHONPATH, ROOT
 
 simulator_only = pytest.mark.skipif(not config.ENABLE_CUDASIM,
                                     reason="host-callable only in the simulator; the GPU has fma.rn")
@@ -99,3 +105,33 @@ def test_failed_recording_leaves_no_capture(monkeypatch):
     with pytest.raises(RuntimeError, match="a launch failed"):
         stream.record(Stream(), launches)
     assert Builder.ended and stream.Target.stream == 0 and stream.Target.branches == {}
+
+
+def test_no_numba_warning_reaches_the_terminal():
+    """numba-cuda's low-occupancy warning (a one-block grid) is raised when a launch is configured,
+    GPU or not; after cudakit's quiet() neither it nor any other Numba warning class prints."""
+    script = textwrap.dedent("""\
+        import warnings
+        from numba import cuda
+        from numba.cuda.core.errors import NumbaPerformanceWarning
+        from cudakit.gpu import quiet
+
+        @cuda.jit
+        def k(x):
+            x[0] = 1
+
+        k[1, 1]
+        print("before", flush=True)
+        quiet()
+        k[1, 1]
+        warnings.warn(NumbaPerformanceWarning("host array copied"))
+        from numba.core.errors import NumbaWarning
+        warnings.warn(NumbaWarning("numba's own"))
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=120,
+                            env={**env, "PYTHONPATH": PYTHONPATH, "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 0, result.stderr
+    err = result.stderr.decode()
+    assert err.count("Grid size 1") == 1  # before quiet(), and only then
+    assert "host array copied" not in err and "numba's own" not in err

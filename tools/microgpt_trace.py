@@ -557,8 +557,8 @@ class Recorder:
     def describe(self, launch, args):
         """The C's (name, pointers, ints, floats) for one of our launches; None where the C writes nothing."""
         loc = self.locate
-        if launch == "launch_loss" or (launch == "zero_device" and loc(args[0]) is None):
-            return None  # the C sums the loss on the host; StepValues.loss is outside the arenas
+        if launch == "launch_target_prob" or (launch == "zero_device" and loc(args[0]) is None):
+            return None  # the C copies the probability to the host; StepValues is outside the arenas
         if launch == "zero_device":
             return "memset" if self.in_zero_attention_accums else "zero_device", [loc(args[0])], [args[0].size], []
         if launch == "copy_device":
@@ -637,7 +637,7 @@ def run_ours(input_path, num_steps, traced, out_path):
     """cli.py's reference loop with a wait and a param-arena copy per step; traced steps run eagerly,
     each launch waited for, the others replay their CUDA graphs."""
     from microgpt_numba.graphs import StepGraphs
-    from microgpt_numba.model import StepTable, StepValues, adam_schedule, train_step
+    from microgpt_numba.model import StepTable, StepValues, adam_schedule, sequence_loss, train_step
 
     require_kernels()
     gen = GlibcRand(SEED)
@@ -671,7 +671,7 @@ def run_ours(input_path, num_steps, traced, out_path):
             else:
                 graphs.step(sv, table, step, n, launches)
                 graphs.wait()
-                loss = graphs.loss_sums[step] / np.float32(n)
+                loss = sequence_loss(graphs.target_probs[step], n)
             writer.state(step, loss, arenas[0].base.copy_to_host())
     writer.close()
 

@@ -49,7 +49,7 @@ B, I64, F32 = types.boolean, types.int64, types.float32
 # (name, kernel, the argument types it is launched with, threads per block, its max_registers, whether
 # its local arrays must live in registers)
 KERNELS = [
-    ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I1, F2, I64, F1),
+    ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I1, F2, I64, F2),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("generate_kernel", fast.generate_kernel, (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
