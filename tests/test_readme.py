@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cudakit.gpu import unavailable_reason
 from tests.conftest import PYTHONPATH, ROOT
 
 BLOCK = re.compile(r"<!-- simulator examples[^>]*-->\s*```bash\n(.*?)```", re.S)
@@ -26,6 +27,8 @@ def test_the_readme_has_simulator_examples():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(unavailable_reason(simulator_ok=False) is None,
+                    reason="the simulator examples run in the simulator suite (CI); on a GPU the GPU tests run")
 def test_simulator_examples_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": PYTHONPATH, "NUMBA_ENABLE_CUDASIM": "1"}
     outputs = []

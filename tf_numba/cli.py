@@ -100,7 +100,7 @@ def say_compiling():
 
 def validate(args, cfg, tensors, data):
     from .model import TFModel
-    from .training import fixture_expected, report, run_step, tf_c_expected
+    from .training import check_step, fixture_expected, report, run_step, tf_c_expected
     from .validation import dump_time
 
     if args.expected:
@@ -113,9 +113,11 @@ def validate(args, cfg, tensors, data):
         if args.fp_model == "nofma":
             raise UsageError("tf.c's constants come from its fma build: use --fp-model fma, or --expected "
                              "with a nofma oracle fixture")
+    check_step(cfg, data, T)
+    m = TFModel(cfg, tensors, fp_model)
     print(f"tf_numba --validate: {cfg}, input size {T}, fp model {fp_model}", flush=True)
     say_compiling()
-    validation = run_step(TFModel(cfg, tensors, fp_model), data, T)
+    validation = run_step(m, data, T)
     failed = report(validation, expected, sys.stdout)
     for name, stages, total in validation.timings:
         dump_time(name, stages, total, sys.stdout)

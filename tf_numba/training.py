@@ -90,13 +90,18 @@ def training_step(m, T, validation=NO_VALIDATION):
     backward(m, T, validation)
 
 
-def run_step(m, tokens, T):
-    """The training step, scratch arenas poisoned first; returns the Probe with every sum and the
-    per-stage times."""
-    if T > m.cfg.d_seq:
-        raise AssetError(f"input size {T} is more than the model's d_seq {m.cfg.d_seq}")
+def check_step(cfg, tokens, T):
+    """What the training step needs of the data and the model, before anything runs."""
+    if T > cfg.d_seq:
+        raise AssetError(f"input size {T} is more than the model's d_seq {cfg.d_seq}")
     if len(tokens) < T + 1:
         raise AssetError(f"--validate needs {T + 1} tokens of data, assets/data has {len(tokens)}: use a longer text")
+
+
+def run_step(m, tokens, T):
+    """The training step, scratch arenas poisoned first; returns the Validation with every sum and
+    the per-stage times."""
+    check_step(m.cfg, tokens, T)
     m.set_tokens(tokens[: T + 1])
     launch.elementwise(K.tf_memset, m.activations.raw.shape[0], m.activations.raw, POISON)
     launch.elementwise(K.tf_memset, m.activations_back.raw.shape[0], m.activations_back.raw, POISON)

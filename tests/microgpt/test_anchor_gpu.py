@@ -50,7 +50,7 @@ def test_engines_print_the_same_run(shared, steps):
 def test_default_command_prints_no_warning():
     """The default run (the names package's corpus) on a GPU: nothing on stderr but our own lines."""
     result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--steps", "20", "--samples", "2"],
-                            capture_output=True, cwd=ROOT, timeout=600, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+                            capture_output=True, cwd=ROOT, timeout=180, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert result.returncode == 0, result.stderr.decode()
     err = result.stderr.decode()
     assert "Warning" not in err and "warn" not in err.lower(), err

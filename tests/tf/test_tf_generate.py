@@ -179,5 +179,5 @@ def test_generation_prints_no_warning(tiny_assets):
     from tests.conftest import PYTHONPATH
 
     result = subprocess.run([sys.executable, "-m", "tf_numba", "--assets", str(tiny_assets), "--tokens", "4"],
-                            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+                            capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": PYTHONPATH})
     assert result.returncode == 0 and "Warning" not in result.stderr, result.stderr
