@@ -35,6 +35,8 @@ from numba import config, cuda
 
 from cudakit.devmath import mad, mul
 
+from .kernels import ONE, sequential_mad
+
 f32 = np.float32
 ZERO = f32(0.0)
 
@@ -278,13 +280,8 @@ def build_row(name, tile, fused, s_max):
             cuda.syncthreads()  # also: the chunk before last is summed, so its buffer is free
             if s0 + KC < S:  # the next chunk's loads fly while this one is summed
                 fetch(b, s0 + KC, S, j0, N, t, rb)
-            if t < BN:
-                if s0 + KC <= S:  # a whole chunk: constant trip count, every load base + constant
-                    for ss in range(KC):
-                        acc = mad(fused, xs[s0 + ss], buf[ss * B_COLS + t], acc)
-                else:
-                    for ss in range(S - s0):
-                        acc = mad(fused, xs[s0 + ss], buf[ss * B_COLS + t], acc)
+            if t < BN:  # the chain alone sets the pace: its loads go out UNROLL steps ahead
+                acc = sequential_mad(acc, xs[s0:], buf[t::B_COLS], min(KC, S - s0), ONE, False, fused)
             c += 1
         if t < BN and j < N:
             out[i, j] = acc
