@@ -4,8 +4,8 @@ A step's launches depend only on n (the positions trained); everything else a st
 StepValues' device memory. The first step runs eagerly, which compiles or loads every kernel before
 any recording; each later step replays the graph recorded for its n, recording it on first use.
 Later steps are queued on one stream (the step's row of the StepTable into StepValues, the graph,
-its positions' target probabilities into pinned host memory) and the host waits only in wait(), so it prepares the next steps
-while the GPU runs. In the CUDA simulator there are no graphs and every step runs eagerly.
+its positions' target probabilities into pinned host memory) and the host waits only in wait(),
+so it prepares the next steps while the GPU runs. In the CUDA simulator there are no graphs and every step runs eagerly.
 """
 import numpy as np
 from numba import config, cuda

@@ -40,4 +40,4 @@ def test_simulator_examples_run(tmp_path):
         outputs.append(result.stdout)
     microgpt, _, tf = outputs
     assert re.search(rb"step    1 /    1 \| loss \d\.\d{4}", microgpt) and b"sample  1: " in microgpt
-    assert tf.endswith(b"\n") and len(tf) > 2
+    assert tf.endswith(b"39 of 39 checkpoints match\n")

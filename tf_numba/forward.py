@@ -48,7 +48,8 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         if first:
             validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)
 
-        launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, n, fused)
+        launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, n,
+                      fused)
         validation.time("attn.c_proj")
         if first:
             validation.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)

@@ -31,11 +31,13 @@ def load_model(safetensors_path, cfg):
                         n_head=cfg.n_heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eot,
                         eos_token_id=eot, pad_token_id=eot)
     model = GPT2LMHeadModel(config)
-    state = {k: torch.from_numpy(v) for k, v in load_file(str(safetensors_path)).items() if not k.endswith(".attn.bias")}
+    state = {k: torch.from_numpy(v) for k, v in load_file(str(safetensors_path)).items()
+             if not k.endswith(".attn.bias")}  # HF rebuilds the causal masks itself
     missing, unexpected = model.transformer.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith(".attn.bias")]
     if missing or unexpected:
-        raise RuntimeError(f"the weights do not fit GPT2LMHeadModel: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise RuntimeError(f"the weights do not fit GPT2LMHeadModel: missing {missing[:3]}, "
+                           f"unexpected {unexpected[:3]}")
     model.tie_weights()
     return model.float().cuda().eval()
 
@@ -155,8 +157,8 @@ def time_generate(model, prompt, n_tokens, repeats=3):
         try:
             first = [call()[0] for _ in range(warm)]
             runs = [call() for _ in range(repeats)]
-            out[name] = {"s": round(statistics.median(t for t, _ in runs), 4), "first_calls_s": [round(t, 2) for t in first],
-                         "tokens": len(runs[0][1])}
+            out[name] = {"s": round(statistics.median(t for t, _ in runs), 4),
+                         "first_calls_s": [round(t, 2) for t in first], "tokens": len(runs[0][1])}
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return out

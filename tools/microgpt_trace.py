@@ -60,7 +60,7 @@ from microgpt_numba.arena import (KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Mod
                                   model_param_shapes, param_storage_count, position_cache_fields, scratch_fields,
                                   scratch_storage_count, train_cache_storage_count)
 from microgpt_numba.constants import BLOCK_SIZE, N_EMBD, N_HEAD, N_LAYER  # noqa: E402
-from microgpt_numba.dataset import InputError, load_dataset, read_input, tokenize_doc  # noqa: E402
+from microgpt_numba.dataset import InputError, load_dataset, read_input, tokenize_doc, trained_positions  # noqa: E402
 from microgpt_numba.glibc_rand import GlibcRand  # noqa: E402
 
 PROG = "microgpt_trace.py"
@@ -656,7 +656,7 @@ def run_ours(input_path, num_steps, traced, out_path):
     recorder = Recorder(writer, arenas)
     with recording(recorder):
         for step, tokens in enumerate(token_lists):
-            n = min(len(tokens) - 1, BLOCK_SIZE)
+            n = trained_positions(len(tokens))
 
             def launches():
                 train_step(model, cache, scratch, dataset, sv, n)

@@ -22,7 +22,8 @@ def names_run(shared, engine, steps):
     if (engine, steps) not in RUNS:
         result = subprocess.run([sys.executable, "-m", "microgpt_numba", "--input", str(shared / "data" / "names.txt"),
                                  "--engine", engine, "--steps", str(steps)],
-                                capture_output=True, cwd=ROOT, timeout=600, env={**os.environ, "PYTHONPATH": PYTHONPATH})
+                                capture_output=True, cwd=ROOT, timeout=600,
+                                env={**os.environ, "PYTHONPATH": PYTHONPATH})
         assert result.returncode == 0, result.stderr.decode()
         RUNS[engine, steps] = result
     return RUNS[engine, steps]

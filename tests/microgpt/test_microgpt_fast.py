@@ -17,8 +17,7 @@ from microgpt_numba import fast
 from microgpt_numba.arena import KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Model, Scratch, TrainCache, \
     model_param_shapes, param_storage_count, position_cache_fields, scratch_fields, scratch_storage_count, \
     train_cache_storage_count
-from microgpt_numba.constants import BLOCK_SIZE
-from microgpt_numba.dataset import load_dataset, tokenize_doc
+from microgpt_numba.dataset import load_dataset, tokenize_doc, trained_positions
 from microgpt_numba.glibc_rand import GlibcRand
 from microgpt_numba.kernels import NEG_HUGE, SOFTMAX_THREADS
 from microgpt_numba.model import StepTable, StepValues, train_step
@@ -114,7 +113,7 @@ def reference():
     token_lists = [tokenize_doc(dataset, dataset.docs[step % len(dataset.docs)]) for step in range(STEPS)]
     sv, table, losses = StepValues(), StepTable(token_lists, STEPS), []
     for step, tokens in enumerate(token_lists):
-        n = min(len(tokens) - 1, BLOCK_SIZE)
+        n = trained_positions(len(tokens))
         sv.set_step(table, step)
         train_step(model, cache, scratch, dataset, sv, n)
         losses.append(sv.mean_loss(n))
@@ -132,6 +131,7 @@ def test_documents_cover_the_cases():
     assert dataset.docs == [b"c", b"abcdabcdabcabbdaa"] and dataset.vocab_size == 5 and STEPS == 3
 
 
+@pytest.mark.slow
 def test_fast_engine_reproduces_reference_engine(reference):
     ref_losses, _, ref_trained, ref_samples, ref_sampled = reference
     gen, dataset, arenas, model, cache, scratch = setup()
@@ -145,6 +145,7 @@ def test_fast_engine_reproduces_reference_engine(reference):
     np.testing.assert_array_equal(bits(arenas)[1], ref_sampled[1], err_msg="train cache after sampling")
 
 
+@pytest.mark.slow
 def test_fast_engine_with_arenas_in_global_memory(reference, monkeypatch):
     monkeypatch.setattr(fast, "stage_budget", lambda: 0)
     ref_losses, ref_first_step = reference[0], reference[1]

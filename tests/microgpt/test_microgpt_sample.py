@@ -2,6 +2,7 @@
 import io
 
 import numpy as np
+import pytest
 
 from tests.microgpt import numpy_reference as ref
 from microgpt_numba.arena import FloatArena, Model, TrainCache, param_storage_count, train_cache_storage_count
@@ -37,6 +38,7 @@ def test_sample_from_probs_falls_back_to_last_id():
 
 
 
+@pytest.mark.slow
 def test_generate_samples_matches_float64_model():
     """Two samples from a fresh model at temperature 0.7, each token re-derived with numpy."""
     gen = GlibcRand(42)

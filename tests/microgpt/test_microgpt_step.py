@@ -10,8 +10,7 @@ import pytest
 from tests.microgpt import numpy_reference as ref
 from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, \
     scratch_storage_count, train_cache_storage_count
-from microgpt_numba.constants import BLOCK_SIZE
-from microgpt_numba.dataset import load_dataset, tokenize_doc
+from microgpt_numba.dataset import load_dataset, tokenize_doc, trained_positions
 from microgpt_numba.glibc_rand import GlibcRand
 from microgpt_numba.model import StepTable, StepValues, adam_update_model, backward_sequence, forward_sequence
 
@@ -38,7 +37,7 @@ def step():
     weights = host_params(model, "data")
     doc = max(dataset.docs, key=len)
     tokens = tokenize_doc(dataset, doc)
-    n = min(len(tokens) - 1, BLOCK_SIZE)
+    n = trained_positions(len(tokens))
     sv = StepValues()
     sv.set_step(StepTable([tokens], 1), 0)
     forward_sequence(model, cache, dataset, sv, n)
@@ -47,6 +46,7 @@ def step():
                 grads=host_params(model, "grad"))
 
 
+@pytest.mark.slow
 def test_reference_gradient_matches_finite_differences(step):
     """The numpy reference's hand-written backward agrees with central differences."""
     w, tokens, n = step["weights"], step["tokens"], step["n"]

@@ -160,3 +160,54 @@ def test_unreadable_bpe_file(capsys, tiny_assets, tmp_path):
 
 def test_too_many_tokens_for_the_model(capsys, tiny_assets):
     one_line_error(capsys, ["--assets", str(tiny_assets), "--tokens", "40"], "pick 1 to 31")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--no-such-flag"], ["--no-such-flag"]),
+    (["--validate", "--prompt", "Hello"], ["--prompt means nothing with --validate"]),
+    (["--validate", "--tokens", "3"], ["--tokens means nothing with --validate"]),
+    (["--validate", "--recompute"], ["--recompute means nothing with --validate"]),
+    (["--validate", "--temperature", "0.5"], ["--temperature means nothing with --validate"]),
+    (["--expected", "x.json"], ["--expected means nothing without --validate"]),
+    (["--bpe-file", "gpt2.tiktoken"], ["--bpe-file only encodes --prompt"]),
+    (["--top-k", "3"], ["--top-k only shapes sampling"]),
+    (["--seed", "3"], ["--seed only shapes sampling"]),
+    (["--temperature", "1", "--top-k", "0"], ["--top-k must be at least 1"]),
+    (["--temperature", "1", "--top-k", "-2"], ["--top-k must be at least 1"]),
+    (["--temperature", "1", "--seed", "-1"], ["--seed must be a non-negative integer"]),
+    (["--temperature", "1", "--seed", "x"], ["--seed", "invalid int value"]),
+    (["--temperature", "-1"], ["--temperature must be a finite number >= 0"]),
+    (["--temperature", "nan"], ["--temperature must be a finite number >= 0"]),
+    (["--temperature", "inf"], ["--temperature must be a finite number >= 0"]),
+    (["--tokens", "0"], ["--tokens must be at least 1"]),
+])
+def test_usage_errors_exit_2(capsys, tiny_assets, argv, words):
+    """Options that are malformed or mean nothing together: one line, exit 2, before anything runs."""
+    rc = main(["--assets", str(tiny_assets), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("tf_numba: error:"), err
+    assert all(w in err for w in words), err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--tokens", "40"], ["--tokens 40: the model holds 32 tokens"]),  # the tiny model's d_seq is 32
+    (["--temperature", "1", "--top-k", "1000"], ["--top-k 1000 is more than the vocabulary's 96 tokens"]),
+])
+def test_sizes_the_model_cannot_hold_exit_2(capsys, tiny_assets, argv, words):
+    rc = main(["--assets", str(tiny_assets), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and all(w in err for w in words), err
+
+
+def test_prompt_and_tokens_past_d_seq(capsys, tmp_path, shared):
+    """A prompt plus the tokens to make that do not fit d_seq: one line, exit 2 (a GPT-2 vocabulary
+    on a 16-position model, so that text prompts encode)."""
+    from tf_assets import write_synthetic
+
+    from tf_numba.config import Config
+
+    write_synthetic(tmp_path, Config(d_vocab=50257, d_seq=16, d_model=8, n_heads=2, n_layers=1))
+    rc = main(["--assets", str(tmp_path), "--prompt", "Hello world, hello world", "--tokens", "12",
+               "--bpe-file", str(shared / "data" / "gpt2.tiktoken")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "exceeds d_seq 16" in err, err

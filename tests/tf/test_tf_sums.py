@@ -28,6 +28,7 @@ def check_sums(assets_dir, fixture):
     return validation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fp_model", ["fma", "nofma"])
 def test_sums_tiny(tiny_assets, fp_model):
     check_sums(tiny_assets, FIXTURES / f"tf_oracle_tiny_{fp_model}.json")
@@ -74,6 +75,7 @@ def test_tf_c_constants_sums_match_the_seed_fixture():
     assert [float.fromhex(c["sum"]) for c in fixture["checkpoints"]] == TF_C_SUMS
 
 
+@pytest.mark.slow
 def test_sums_one_layer_live_oracle(tf_c, tmp_path):
     """Another shape, read from the weights alone (1 layer, 2 heads of 16, V=80, S=16, T=4):
     the seed tf.c, built and run here by the oracle tool, against the port: all 39 sums and the

@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 
 
+@pytest.mark.slow
 def test_large_block_kernels_fit_their_blocks():
     for need in (CUDA_HOME / "bin" / "ptxas", CUDA_HOME / "nvvm" / "libdevice" / "libdevice.10.bc"):
         if not need.is_file():
