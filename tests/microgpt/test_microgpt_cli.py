@@ -12,11 +12,9 @@ import pytest
 from numba import config
 
 from microgpt_numba import cli, fast
-from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
-    train_cache_storage_count
-from microgpt_numba.dataset import load_dataset
 from microgpt_numba.glibc_rand import GlibcRand
 from tests.conftest import PYTHONPATH, ROOT
+from tests.microgpt.test_microgpt_fast import setup as new_run
 
 
 def run_cli(args, **env):
@@ -116,13 +114,8 @@ def fast_run(monkeypatch, steps_first, steps_cap, samples_first, samples_cap):
     monkeypatch.setattr(fast, "MAX_CHUNK_STEPS", steps_cap)
     monkeypatch.setattr(fast, "FIRST_CHUNK_SAMPLES", samples_first)
     monkeypatch.setattr(fast, "MAX_CHUNK_SAMPLES", samples_cap)
-    gen = GlibcRand(42)
-    dataset = load_dataset(DOCS, gen)
-    v = dataset.vocab_size
-    arenas = [FloatArena(param_storage_count(v)), FloatArena(train_cache_storage_count(v)),
-              FloatArena(scratch_storage_count(v))]
-    model = Model(arenas[0], v, gen)
-    layout = fast.Layout(model, arenas[0], TrainCache(arenas[1], v), arenas[1], Scratch(arenas[2], v), arenas[2])
+    gen, dataset, arenas, model, cache, scratch = new_run(DOCS)
+    layout = fast.Layout(model, arenas[0], cache, arenas[1], scratch, arenas[2])
     assert fast.staged_bytes(*layout.arenas, layout.pos_scratch) > 0  # the arenas in (poisoned) shared memory
     generation = fast.Generation(layout, dataset, SAMPLES, TEMPERATURE, gen)
     losses = [[x.view(np.uint32) for x in chunk]

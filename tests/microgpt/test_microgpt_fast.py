@@ -32,9 +32,10 @@ STEPS, SAMPLES, TEMPERATURE = 3, 1, np.float32(0.8)
 
 
 
-def setup():
+def setup(docs=DOCS):
+    """A run's state after the C's set-up: glibc stream, dataset, the three arenas, the structs."""
     gen = GlibcRand(42)
-    dataset = load_dataset(DOCS, gen)
+    dataset = load_dataset(docs, gen)
     v = dataset.vocab_size
     arenas = [FloatArena(param_storage_count(v)), FloatArena(train_cache_storage_count(v)),
               FloatArena(scratch_storage_count(v))]

@@ -29,3 +29,12 @@ def tf_c(shared):
     if shutil.which("clang") is None:
         pytest.skip("clang is not installed (apt-get install clang); the oracle cannot be rebuilt")
     return path
+
+
+@pytest.fixture(scope="session")
+def bpe_file(shared):
+    """GPT-2's BPE ranks in tiktoken's format, from ../shared/data."""
+    path = shared / "data" / "gpt2.tiktoken"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    return path

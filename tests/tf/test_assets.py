@@ -109,13 +109,6 @@ def test_enc_and_data_round_trip(tmp_path):
         encode_data(np.zeros(500_001, dtype=np.uint16))
 
 
-@pytest.fixture(scope="module")
-def bpe_file(shared):
-    path = shared / "data" / "gpt2.tiktoken"
-    if not path.is_file():
-        pytest.skip(f"{path} is not here")
-    return path
-
 
 def test_gpt2_enc_is_tf_c_size(bpe_file, tmp_path):
     text = tmp_path / "t.txt"

@@ -264,13 +264,6 @@ def test_cli_unreadable_model_exits_1(capsys, assets_copy):
 # GPT-2's tokenizer
 
 
-@pytest.fixture(scope="module")
-def bpe_file(shared):
-    path = shared / "data" / "gpt2.tiktoken"
-    if not path.is_file():
-        pytest.skip(f"{path} is not here")
-    return path
-
 
 @pytest.fixture(scope="module")
 def bpe_lines(bpe_file):
