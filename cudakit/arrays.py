@@ -1,4 +1,6 @@
 """Where a device array lives: its address and byte range, on the GPU and in the simulator alike."""
+import math
+
 from numba import config
 
 
@@ -20,7 +22,7 @@ def byte_bounds(view):
     face = _interface(view)
     lo = hi = face["data"][0]
     itemsize = view.dtype.itemsize
-    strides = face.get("strides") or [itemsize * int(_prod(face["shape"][i + 1:])) for i in range(len(face["shape"]))]
+    strides = face.get("strides") or [itemsize * math.prod(face["shape"][i + 1:]) for i in range(len(face["shape"]))]
     for n, stride in zip(face["shape"], strides):
         if n == 0:
             return lo, lo
@@ -29,10 +31,3 @@ def byte_bounds(view):
         else:
             hi += (n - 1) * stride
     return lo, hi + itemsize
-
-
-def _prod(xs):
-    p = 1
-    for x in xs:
-        p *= x
-    return p

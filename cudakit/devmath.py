@@ -6,7 +6,7 @@ so the exact operations are written out: `mul` (a product rounded on its own, wh
 cannot fuse), `fma` (one rounding), `mad(fused, a, b, c)` (either, by a flag). In the simulator
 these run as Python, exactly: there `cuda.fma` is unfused and libdevice does not exist.
 
-libdevice's `expf`, `logf`, `rsqrtf` (what nvcc's device code calls) exist only on the GPU. The
+libdevice's `expf` and `rsqrtf` (what nvcc's device code calls) exist only on the GPU. The
 simulator gets numpy float32 stand-ins, which are close but not libdevice's bits: results that
 depend on them are compared bit for bit only on a GPU.
 """
@@ -15,9 +15,7 @@ import math
 import numpy as np
 from numba import config, cuda
 
-SIMULATOR = bool(config.ENABLE_CUDASIM)
-
-if SIMULATOR:
+if config.ENABLE_CUDASIM:
     # Plain Python: the simulator's device-function wrapper costs more than these bodies.
     def device(f):
         return f
@@ -44,9 +42,6 @@ if SIMULATOR:
     def expf(x):
         return np.exp(np.float32(x))
 
-    def logf(x):
-        return np.log(np.float32(x))
-
     def rsqrtf(x):
         return np.float32(1.0) / np.sqrt(np.float32(x))
 
@@ -66,10 +61,6 @@ else:
     @device
     def expf(x):
         return libdevice.expf(x)
-
-    @device
-    def logf(x):
-        return libdevice.logf(x)
 
     @device
     def rsqrtf(x):
