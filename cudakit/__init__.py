@@ -5,7 +5,11 @@
   stand-ins;
 - `stream`: where launches go (the default stream, or a CUDA graph being recorded, with branches
   beside it) and recording a graph;
-- `gpu`: whether kernels can run here, and the Numba warnings a user should not see.
+- `gpu`: whether kernels can run here, and the Numba warnings a user should not see;
+- `simulator`: a fix for a race in Numba's CUDA simulator, installed here when it is on.
 
 Nothing here knows about microgpt.cu or tf.c.
 """
+from . import simulator
+
+simulator.install()

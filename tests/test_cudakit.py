@@ -6,11 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from numba import config
+from numba import config, cuda
 
 from cudakit import devmath as fp
 from tests.conftest import PYTHONPATH, ROOT
@@ -56,6 +57,37 @@ def test_mad_profiles():
     a, b, c = np.float32(1 + 2.0**-23), np.float32(1 - 2.0**-23), np.float32(-1.0)
     assert fp.mad(True, a, b, c) == np.float32(-(2.0**-46))  # one rounding keeps the tail
     assert fp.mad(False, a, b, c) == np.float32(0.0)  # the product rounds to 1 first
+
+
+@simulator_only
+def test_simulator_shared_array_is_one_per_block(monkeypatch):
+    """Every thread of a block gets the one static shared array even when the interpreter switches
+    threads while the first ones declare it (forced: np.empty sleeps). Under the same schedule the
+    simulator's own, unlocked lookup gives some threads arrays of their own, so the check can fail."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
+    @cuda.jit
+    def neighbour(out):
+        s = cuda.shared.array(64, np.int32)
+        s[cuda.threadIdx.x] = cuda.threadIdx.x
+        cuda.syncthreads()
+        out[cuda.threadIdx.x] = s[(cuda.threadIdx.x + 1) % 64]
+
+    def wrong_reads():
+        out = np.zeros(64, np.int32)
+        neighbour[1, 64](out)
+        return int((out != (np.arange(64) + 1) % 64).sum())
+
+    empty = np.empty
+
+    def slow_empty(*args, **kwargs):
+        time.sleep(0.005)
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+    assert wrong_reads() == 0
+    monkeypatch.setattr(FakeCUDAShared, "array", FakeCUDAShared.array.unlocked)
+    assert wrong_reads() > 0
 
 
 def test_byte_bounds_of_views():
