@@ -24,9 +24,10 @@ QUICK_RUN = "--steps 2 --samples 1"
 
 # The simulator runs each GPU thread as a Python thread on the CPU. Measured on a 2-core machine
 # shared with other work, default corpus (about 7 positions a step), one step or one sample per
-# launch: fast 2-8 s a step and 10-23 s a sample, reference 15-23 s a step and 11-15 s a sample,
-# depending on the load. A rough estimate, for the note the simulator prints: (a step, a sample).
-SIMULATOR_SECONDS = {"fast": (5, 15), "reference": (20, 13)}
+# launch: fast (a 32-thread block there) about 2 s a step and 3 s a sample, reference 15-23 s a step
+# and 11-15 s a sample, depending on the load. A rough estimate, for the note the simulator prints:
+# (a step, a sample).
+SIMULATOR_SECONDS = {"fast": (2, 3), "reference": (20, 13)}
 # A first run's compile on the H200 (tools/bench.py's cold_start_s): about 19-28 s for the fast
 # engine's two persistent kernels, about 5-6 s for the reference engine's small ones.
 COMPILE_SECONDS = {"fast": "20-30", "reference": "5"}
@@ -89,7 +90,7 @@ def _parser():
                             "then the samples.",
                 epilog="Exit status: 0 done, 2 a usage error, 1 bad input data, no GPU or a failed run. Without a "
                        "GPU, NUMBA_ENABLE_CUDASIM=1 runs the kernels in Numba's CPU simulator, where the defaults "
-                       f"take hours: try {QUICK_RUN}.")
+                       f"take over half an hour: try {QUICK_RUN}.")
     p.add_argument("--steps", type=_count(1), default=defaults.num_steps, metavar="N", dest="num_steps",
                    help=f"training steps, one document each, 1 to {INT_MAX} (default: %(default)s)")
     p.add_argument("--samples", type=_count(0), default=defaults.num_samples, metavar="N",
@@ -126,7 +127,7 @@ def check_gpu():
     reason = unavailable_reason()
     if reason is not None:
         raise InputError(f"{reason}; run on a machine with an NVIDIA GPU and driver, or set NUMBA_ENABLE_CUDASIM=1 "
-                         f"for Numba's CPU simulator (slow: the defaults take hours there; try {QUICK_RUN})")
+                         f"for Numba's CPU simulator (slow: the defaults take over half an hour there; try {QUICK_RUN})")
 
 
 def _duration(seconds):

@@ -43,6 +43,10 @@ from .kernels import (ATTN_SCALE, ONE, SOFTMAX_THREADS, ZERO, adam_update, atten
 from .model import adam_schedule, sequence_loss
 
 THREADS = 512
+# The simulator pays for every thread at every barrier. Which thread of the block computes an element
+# never changes the element's operations (the phases stride over the block), so the simulator runs a
+# warp: the same bits, five times sooner (tests/microgpt/test_microgpt_fast.py holds a THREADS run to it).
+LAUNCH_THREADS = 32 if config.ENABLE_CUDASIM else THREADS
 # 512 threads x 128 registers fill an SM's 64K registers. Uncapped, ptxas gives train_kernel 137 for
 # sm_90 and the launch would fail; capped, it spills nothing. The simulator takes no such option.
 KERNEL_OPTIONS = {"cache": True} if config.ENABLE_CUDASIM else {"cache": True, "max_registers": 128}
@@ -556,9 +560,9 @@ def load(kernel, args, nbytes):
 
 
 def launch(kernel, args, nbytes, stream=0):
-    """One block of THREADS with nbytes of dynamic shared memory (0: arenas in global memory)."""
+    """One block of LAUNCH_THREADS with nbytes of dynamic shared memory (0: arenas in global memory)."""
     load(kernel, args, nbytes)
-    kernel[1, THREADS, stream, nbytes](*args)
+    kernel[1, LAUNCH_THREADS, stream, nbytes](*args)
 
 
 def staged_bytes(*arenas):
@@ -655,7 +659,7 @@ def train_chunks(layout, dataset, num_steps, while_training=None):
                 chunk.d_schedule[:count], count, chunk.d_target_probs[:count])
         if first_step == 0:
             load(train_kernel, args, nbytes)
-        train_kernel[1, THREADS, stream, nbytes](*args)
+        train_kernel[1, LAUNCH_THREADS, stream, nbytes](*args)
         chunk.d_target_probs[:count].copy_to_host(chunk.h_target_probs[:count], stream=stream)
         chunk.done = cuda.event()
         chunk.done.record(stream)

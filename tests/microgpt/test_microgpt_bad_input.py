@@ -168,7 +168,7 @@ def test_no_cuda_gpu_or_driver():
     lines = result.stderr.decode().splitlines()
     assert result.returncode == 1 and result.stdout == b""
     assert len(lines) == 1 and lines[0].startswith(ERROR) and "no CUDA GPU or driver found" in lines[0]
-    assert "NUMBA_ENABLE_CUDASIM=1" in lines[0] and "take hours" in lines[0] and "--steps 2 --samples 1" in lines[0]
+    assert "NUMBA_ENABLE_CUDASIM=1" in lines[0] and "take over half an hour" in lines[0] and "--steps 2 --samples 1" in lines[0]
 
 
 # ---- 2^31 - 1 steps and samples: bounded tables

@@ -67,7 +67,7 @@ def test_stderr_is_one_note_and_no_warning(piped_runs):
 def test_simulator_note_suggests_a_short_run():
     opts = cli.parse_options([])
     note = cli.simulator_note(opts)
-    assert "hours" in note and note.endswith("for a quick look try --steps 2 --samples 1")
+    assert re.search(r"takes roughly \d+ (minutes|hours)", note) and note.endswith("for a quick look try --steps 2 --samples 1")
     assert "quick look" not in cli.simulator_note(cli.parse_options(["--steps", "2", "--samples", "1"]))
 
 

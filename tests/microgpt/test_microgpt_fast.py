@@ -64,14 +64,6 @@ def test_table_columns_follow_the_arena_field_order():
         (len(columns["position"]), len(columns["layer"]), len(columns["scratch"]))
 
 
-@pytest.fixture(autouse=True)
-def simulator_threads(monkeypatch):
-    """Each simulated thread costs time; the kernels' loops stride over the block, so a smaller one
-    does the same per-element work (the GPU run keeps fast.THREADS)."""
-    if config.ENABLE_CUDASIM:
-        monkeypatch.setattr(fast, "THREADS", 128)
-
-
 @cuda.jit
 def live_tree_kernel(rows, lives, take_max):
     for r in range(rows.shape[0]):
@@ -153,6 +145,20 @@ def test_fast_engine_with_arenas_in_global_memory(reference, monkeypatch):
     _, dataset, arenas, model, cache, scratch = setup()
     layout = fast.Layout(model, arenas[0], cache, arenas[1], scratch, arenas[2])
     assert fast.staged_bytes(*layout.arenas, layout.pos_scratch) == 0
+    losses = fast.train(layout, dataset, 1)
+    assert losses[0].view(np.uint32) == ref_losses[0].view(np.uint32)
+    for ours, ref, name in zip(bits(arenas), ref_first_step, ("params", "train cache", "scratch")):
+        np.testing.assert_array_equal(ours, ref, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(fast.LAUNCH_THREADS == fast.THREADS, reason="the engine runs THREADS already")
+def test_fast_engine_at_the_gpu_block_size(reference, monkeypatch):
+    """The simulator launches LAUNCH_THREADS; the GPU's THREADS give the same first step, every float."""
+    monkeypatch.setattr(fast, "LAUNCH_THREADS", fast.THREADS)
+    ref_losses, ref_first_step = reference[0], reference[1]
+    _, dataset, arenas, model, cache, scratch = setup()
+    layout = fast.Layout(model, arenas[0], cache, arenas[1], scratch, arenas[2])
     losses = fast.train(layout, dataset, 1)
     assert losses[0].view(np.uint32) == ref_losses[0].view(np.uint32)
     for ours, ref, name in zip(bits(arenas), ref_first_step, ("params", "train cache", "scratch")):
