@@ -67,8 +67,8 @@ else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-11-3
 # BN outputs per block, KC summation steps staged at a time, NT threads loading them.
 RowTile = namedtuple("RowTile", "BN KC NT")
 ROW_KINDS = ("tf_fc", "tf_unembedding")
-if config.ENABLE_CUDASIM:
-    ROW_NARROW = ROW_MID = ROW_WIDE = RowTile(4, 3, 4)
+if config.ENABLE_CUDASIM:  # few blocks and chunks: the simulator pays per block and per barrier
+    ROW_NARROW = ROW_MID = ROW_WIDE = RowTile(16, 32, 16)
 else:
     ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(8, 256, 256), RowTile(16, 128, 256), RowTile(32, 64, 256)
 

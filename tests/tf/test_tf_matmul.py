@@ -3,8 +3,8 @@
 per output), bit for bit, launched with the arguments the passes give them.
 
 In the simulator the shapes are small and odd, so every tile edge is crossed (and a small tile
-forces several blocks and staging rounds); on a GPU the shapes are GPT-2's at T = 64 and the
-tiles are the ones tile_for and row_tile_for pick there. The *_last_row cases are generation's
+forces several blocks and staging rounds, as a small row tile does for the one-row kernel); on a
+GPU the shapes are GPT-2's at T = 64 and the tiles are the ones tile_for and row_tile_for pick there. The *_last_row cases are generation's
 one row, which goes to the one-row kernel (matmul.build_row)."""
 from types import SimpleNamespace
 
@@ -18,6 +18,7 @@ from tf_numba import matmul as M
 from tf_numba.config import GPT2
 
 SMALL = M.Tile(1, 2, 2, 2, 4)
+SMALL_ROW = M.RowTile(4, 3, 4)  # several blocks, and chunks that end ragged
 SIM_SHAPE = SimpleNamespace(T=5, D=7, N=9, V=11)
 GPU_SHAPES = [SimpleNamespace(T=64, D=GPT2.d_model, N=n, V=GPT2.d_vocab) for n in (3 * 768, 768, 4 * 768)] + \
     [SimpleNamespace(T=64, D=4 * 768, N=768, V=GPT2.d_vocab)]  # c_attn, attn.c_proj, c_fc, mlp.c_proj
@@ -126,6 +127,7 @@ def check(routine, shape, fused):
 def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
     if small_tile:
         monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: SMALL)
+        monkeypatch.setattr(M, "row_tile_for", lambda n_cols: SMALL_ROW)
     check(routine, SIM_SHAPE, fused)
 
 
