@@ -59,8 +59,9 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None):
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
     if n_rows == 1 and name in M.ROW_KINDS:
-        tile = M.row_tile_for(out.shape[1])
-        kernel = M.build_row(name, tile, fused, 1 << max(S - 1, 1).bit_length())
+        s_max = M.row_s_max(S)
+        tile = M.row_tile_for(out.shape[1], s_max)
+        kernel = M.build_row(name, tile, fused, s_max)
         kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale)
         return
     tile = M.tile_for(name, n_rows, out.shape[1], S, fused)

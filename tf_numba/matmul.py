@@ -73,12 +73,23 @@ else:
     ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(8, 256, 256), RowTile(16, 128, 256), RowTile(32, 64, 256)
 
 
-def row_tile_for(n_cols):
+ROW_SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
+
+
+def row_s_max(S):
+    """The staged input row's length for sums of S steps: a power of two, so that few kernels compile."""
+    return 1 << max(S - 1, 1).bit_length()
+
+
+def row_tile_for(n_cols, s_max):
     """Enough blocks to reach every multiprocessor at GPT-2's widths: 8 outputs a block for 768
-    (96 blocks), 16 up to 4 x 768 (144-192), 32 for the vocabulary."""
-    if n_cols <= 1024:
-        return ROW_NARROW
-    return ROW_MID if n_cols <= 4096 else ROW_WIDE
+    (96 blocks), 16 up to 4 x 768 (144-192), 32 for the vocabulary. Where the input row (s_max
+    floats) and the two chunk buffers would pass a block's shared memory (d_model over 1024),
+    the chunks get shorter: a chunk is only what is staged at a time, the sum's order is the same."""
+    tile = ROW_NARROW if n_cols <= 1024 else ROW_MID if n_cols <= 4096 else ROW_WIDE
+    while 4 * (s_max + 2 * tile.KC * (tile.BN + 1)) > ROW_SHARED_BYTES and tile.KC > 1:
+        tile = tile._replace(KC=tile.KC // 2)
+    return tile
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):

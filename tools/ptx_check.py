@@ -48,6 +48,12 @@ L1, U1 = types.Array(types.int64, 1, "C"), types.Array(types.uint16, 1, "C")
 B, I64, F32 = types.boolean, types.int64, types.float32
 # (name, kernel, the argument types it is launched with, threads per block, its max_registers, whether
 # its local arrays must live in registers)
+# The one-row kernels at GPT-2 124M's shapes, and at the widest d_model tf_numba accepts, where the
+# staged input row (4 x d_model floats for mlp.c_proj) takes the most shared memory.
+WIDEST = tf_kernels.LN_D_MAX
+ROW_SHAPES = {(kind, cols, S) for kind, rows, cols, S, *_ in SHAPES if kind in tf_matmul.ROW_KINDS} | \
+    {("tf_fc", c * WIDEST, s * WIDEST) for c, s in ((3, 1), (1, 1), (4, 1), (1, 4))} | \
+    {("tf_unembedding", 50257, WIDEST)}
 KERNELS = [
     ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I1, F2, I64, F2),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
@@ -72,9 +78,9 @@ KERNELS = [
 ] + [
     (f"{name}_row {tile} S<={s_max} {'fma' if fused else 'nofma'}", tf_matmul.build_row(name, tile, fused, s_max),
      (F2, F2, F1, F2, L1, I64, F32), tile.NT, None, True)
-    for name, tile, s_max, fused in sorted({(kind, tf_matmul.row_tile_for(cols), 1 << (S - 1).bit_length(), fused)
-                                            for kind, rows, cols, S, *_ in SHAPES if kind in tf_matmul.ROW_KINDS
-                                            for fused in (True, False)})
+    for name, tile, s_max, fused in sorted({(kind, tf_matmul.row_tile_for(cols, tf_matmul.row_s_max(S)),
+                                             tf_matmul.row_s_max(S), fused)
+                                            for kind, cols, S in ROW_SHAPES for fused in (True, False)})
 ]
 
 

@@ -4,8 +4,9 @@ per output), bit for bit, launched with the arguments the passes give them.
 
 In the simulator the shapes are small and odd, so every tile edge is crossed (and a small tile
 forces several blocks and staging rounds, as a small row tile does for the one-row kernel); on a
-GPU the shapes are GPT-2's at T = 64 and the tiles are the ones tile_for and row_tile_for pick there. The *_last_row cases are generation's
-one row, which goes to the one-row kernel (matmul.build_row)."""
+GPU the shapes are GPT-2's at T = 64 and the tiles are the ones tile_for and row_tile_for pick
+there. The *_last_row cases are generation's one row, which goes to the one-row kernel
+(matmul.build_row)."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -127,7 +128,7 @@ def check(routine, shape, fused):
 def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
     if small_tile:
         monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: SMALL)
-        monkeypatch.setattr(M, "row_tile_for", lambda n_cols: SMALL_ROW)
+        monkeypatch.setattr(M, "row_tile_for", lambda n_cols, s_max: SMALL_ROW)
     check(routine, SIM_SHAPE, fused)
 
 
