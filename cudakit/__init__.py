@@ -6,10 +6,11 @@
 - `stream`: where launches go (the default stream, or a CUDA graph being recorded, with branches
   beside it) and recording a graph;
 - `gpu`: whether kernels can run here, and the Numba warnings a user should not see;
-- `simulator`: a fix for a race in Numba's CUDA simulator, installed here when it is on.
+- `simulator`: a fix for a race in Numba's CUDA simulator, installed when `devmath` (which every
+  kernel module imports) is imported with the simulator on.
+
+Importing the package imports no Numba, so that a program can check its environment first
+(`gpu.simulator_flag_problem`).
 
 Nothing here knows about microgpt.cu or tf.c.
 """
-from . import simulator
-
-simulator.install()

@@ -15,6 +15,10 @@ import math
 import numpy as np
 from numba import config, cuda
 
+from . import simulator
+
+simulator.install()
+
 if config.ENABLE_CUDASIM:
     # Plain Python: the simulator's device-function wrapper costs more than these bodies.
     def device(f):

@@ -6,6 +6,12 @@ import sys
 # imported as a library, microgpt_numba leaves sys.modules alone.
 sys.modules.setdefault("scipy", None)
 
+from cudakit.gpu import simulator_flag_problem  # noqa: E402
+
+if simulator_flag_problem():  # checked before anything imports Numba
+    print(f"microgpt_numba: error: {simulator_flag_problem()}", file=sys.stderr)
+    sys.exit(2)
+
 from .cli import main  # noqa: E402
 
 sys.exit(main())

@@ -6,7 +6,6 @@ number), as argparse does; 1 bad data (an input file that cannot be read or hold
 `microgpt_numba: error: ...`, naming the problem and what to do about it.
 """
 import argparse
-import importlib
 import os
 import re
 import sys
@@ -71,6 +70,9 @@ def _count(minimum):
     return parse
 
 
+MIN_TEMPERATURE = float(np.nextafter(np.float32(1.0) / np.finfo(np.float32).max, np.float32(1.0)))
+
+
 def _temperature(text):
     try:
         value = np.float32(float(text))
@@ -78,6 +80,10 @@ def _temperature(text):
         value = None
     if value is None or not np.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    with np.errstate(over="ignore"):
+        if not np.isfinite(np.float32(1.0) / value):  # microgpt.cu's softmax scale, 1.0f / temperature
+            raise argparse.ArgumentTypeError(f"must be at least {MIN_TEMPERATURE:.4g}: below that microgpt.cu's "
+                                             f"1.0f / temperature overflows float32, got {text!r}")
     return value
 
 
@@ -278,26 +284,6 @@ def train(opts, out, err=None):
             log.close()
 
 
-def _cuda_errors():
-    """The exceptions a failing GPU, driver or toolkit raises (those this Numba has)."""
-    errors = []
-    for module, names in (("numba.cuda.cudadrv.error", ("CudaDriverError", "CudaRuntimeError", "CudaSupportError",
-                                                         "NvvmError", "NvvmSupportError", "NvrtcError",
-                                                         "NvrtcSupportError", "CCSupportError")),
-                          ("numba.cuda.cudadrv.driver", ("LinkerError",)),
-                          ("cuda.core._utils.cuda_utils", ("CUDAError",))):
-        try:
-            found = importlib.import_module(module)
-        except ImportError:
-            continue
-        errors += [getattr(found, name) for name in names if isinstance(getattr(found, name, None), type)]
-    return tuple(errors)
-
-
-def _one_line(text):
-    return " ".join(str(text).split())
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -305,15 +291,16 @@ def main(argv=None):
             opts = parse_options(argv)
         except SystemExit as exc:  # --help
             return exc.code or 0
-        from cudakit.gpu import quiet
+        from cudakit.gpu import STDOUT_CLOSED, cuda_errors, quiet, run_failed
 
+        if sys.stdout is None:
+            raise RunFailed(STDOUT_CLOSED)
         quiet()  # before any kernel compiles: they compile lazily, at their first launch
         check_gpu()
         try:
             train(opts, sys.stdout.buffer)
-        except _cuda_errors() as exc:
-            raise RunFailed(f"the GPU run failed ({type(exc).__name__}: {_one_line(exc)}); check that the NVIDIA "
-                            "driver and the CUDA toolkit wheels work (nvidia-smi, pip install 'numba-cuda[cu13]')")
+        except cuda_errors() as exc:
+            raise RunFailed(run_failed(exc))
         except BrokenPipeError:
             raise
         except OSError as exc:  # writing stdout (a full disk, a closed terminal)

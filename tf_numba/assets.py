@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 
 import numpy as np
@@ -37,17 +38,35 @@ def excerpt(value, limit=60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def special_file(path):
+    """What path is when it is a FIFO, a device or a socket (which would block a read or never end
+    it), else None; symlinks are followed."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # open() says why
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
 @contextlib.contextmanager
-def _opened(path, missing: str):
+def opened(path, missing: str, label=""):
     """The file open for reading; a missing one raises AssetError(missing), any other OS error
-    (permissions, a folder in its place, an I/O error) one line with the OS's reason."""
+    (permissions, a folder in its place, an I/O error) and a FIFO or device one line that names
+    it (`label`, e.g. an option, then the path) with the reason."""
+    kind = special_file(path)
+    if kind:
+        raise AssetError(f"cannot read {label}{path}: it is {kind}, not a file: give a regular file")
     try:
         with open(path, "rb") as f:
             yield f
     except FileNotFoundError:
         raise AssetError(missing) from None
     except OSError as exc:
-        raise AssetError(f"cannot read {path}: {exc.strerror or exc}: make it a readable file "
+        raise AssetError(f"cannot read {label}{path}: {exc.strerror or exc}: make it a readable file "
                          f"(check its permissions, or make it again)") from None
 
 
@@ -117,7 +136,7 @@ def read_header(path):
     """(header dict, raw JSON bytes) of a safetensors file, every entry checked the way the
     format defines it: `__metadata__` an object of strings, each tensor's dtype, shape and
     data_offsets (inside the file)."""
-    with _opened(path, _missing_model(path)) as f:
+    with opened(path, _missing_model(path)) as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(8)
         if len(head) < 8:
@@ -174,6 +193,10 @@ def config_from_header(header, path) -> Config:
         n_layers += 1
     if n_layers == 0:
         raise AssetError(f"{path} has no layers (no tensor 'h.0.ln_1.weight'): it is not a GPT-2 safetensors file")
+    beyond = sorted({int(m.group(1)) for m in map(re.compile(r"h\.([0-9]+)\.").match, header) if m} - set(range(n_layers)))
+    if beyond:  # layers past a gap would be dropped without a word
+        raise AssetError(f"{path} has tensors of layer {beyond[0]} but no 'h.{n_layers}.ln_1.weight': its layers "
+                         f"must be numbered 0, 1, 2, ... without a gap: {AGAIN}")
     cfg = Config(d_vocab=d_vocab, d_seq=d_seq, d_model=d_model, n_heads=_n_heads(header, path, d_model),
                  n_layers=n_layers)
     for name, shape in parameter_shapes(cfg):
@@ -198,12 +221,18 @@ def load_model(path):
             tensors = {name: f.get_tensor(name) for name, _ in parameter_shapes(cfg)}
     except (SafetensorError, OSError) as exc:
         raise AssetError(f"{path} is not a readable safetensors file ({exc}): {AGAIN}") from None
+    for name, tensor in tensors.items():  # tf.c would compute on, and print nonsense tokens
+        finite = np.isfinite(tensor)
+        if not finite.all():
+            index = np.unravel_index(int(np.argmin(finite)), tensor.shape)
+            raise AssetError(f"{path}: tensor {name!r} holds {tensor[index]} at {list(map(int, index))}: the "
+                             f"weights must be finite: {AGAIN}")
     return cfg, tensors
 
 
 def load_enc(path, d_vocab):
     """tf.c's decoder: a list of the byte string of every token id."""
-    with _opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
+    with opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
         raw = f.read()
     table_size = d_vocab * 8
     if len(raw) <= table_size:
@@ -227,7 +256,7 @@ def load_enc(path, d_vocab):
 
 def load_data(path, d_vocab):
     """The token ids of assets/data (little-endian uint16)."""
-    with _opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
+    with opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
         size = os.fstat(f.fileno()).st_size
         if size > DATA_SIZE_MAX:
             raise AssetError(f"{path} has {size} bytes, more than tf.c's {DATA_SIZE_MAX}: use a shorter text")
@@ -271,7 +300,8 @@ def gpt2_ranks(bpe_file) -> dict:
 
     Read here, not with tiktoken.load.load_tiktoken_bpe, which caches local files by path in
     the temp folder and then reads the cached copy even after the file changes."""
-    with _opened(bpe_file, f"--bpe-file {bpe_file} not found: pass GPT-2's gpt2.tiktoken ranks file") as f:
+    with opened(bpe_file, f"--bpe-file {bpe_file} not found: pass GPT-2's gpt2.tiktoken ranks file",
+                "--bpe-file ") as f:
         raw = f.read()
     try:
         ranks = {base64.b64decode(token): int(rank)

@@ -130,6 +130,9 @@ def generate_text(args, cfg, tensors, data, enc):
     from .generate import Sampler, generate
     from .model import TFModel
 
+    if cfg.d_seq < 2:
+        raise AssetError(f"the model's context holds {cfg.d_seq} token (wpe has {cfg.d_seq} row), which the prompt "
+                         f"takes: nothing is left to generate; use a model with a longer context")
     n = default_tokens(cfg.d_seq) if args.tokens is None else args.tokens
     if n >= cfg.d_seq:
         raise UsageError(f"--tokens {n}: the model holds {cfg.d_seq} tokens, so pick 1 to {cfg.d_seq - 1}")
@@ -166,20 +169,30 @@ def generate_text(args, cfg, tensors, data, enc):
 
 
 def main(argv=None):
-    from cudakit.gpu import quiet
+    from cudakit.gpu import STDOUT_CLOSED, cuda_errors, quiet, run_failed
 
     from . import assets
 
     try:
         args = parse_args(argv)
+        if sys.stdout is None:
+            raise AssetError(STDOUT_CLOSED)
         quiet()
         check_gpu()
         cfg, tensors = assets.load_model(os.path.join(args.assets, "model.safetensors"))
         enc = assets.load_enc(os.path.join(args.assets, "enc"), cfg.d_vocab)
         data = assets.load_data(os.path.join(args.assets, "data"), cfg.d_vocab)
-        if args.validate:
-            return validate(args, cfg, tensors, data)
-        return generate_text(args, cfg, tensors, data, enc)
+        try:
+            if args.validate:
+                return validate(args, cfg, tensors, data)
+            return generate_text(args, cfg, tensors, data, enc)
+        except cuda_errors() as exc:
+            raise AssetError(run_failed(exc)) from None
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # writing stdout (a full disk, a closed terminal)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush is quiet
+            raise AssetError(f"could not write the output ({exc.strerror or exc}); check where stdout goes") from None
     except UsageError as exc:
         print(f"tf_numba: error: {exc}", file=sys.stderr)
         return 2
@@ -189,3 +202,6 @@ def main(argv=None):
     except BrokenPipeError:  # the reader left early (e.g. `| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        print("tf_numba: interrupted", file=sys.stderr)
+        return 130

@@ -106,7 +106,8 @@ class Sampler:
         p = np.asarray(probs, dtype=np.float64)
         with np.errstate(divide="ignore"):
             logp = np.log(p)
-        q = np.exp((logp - logp.max()) / self.temperature)
+        with np.errstate(over="ignore"):  # a tiny temperature sends all but the maxima to -inf: exp gives 0
+            q = np.exp((logp - logp.max()) / self.temperature)
         ids = np.arange(len(p))
         if self.top_k is not None and self.top_k < len(p):
             ids = np.sort(np.argsort(-q, kind="stable")[:self.top_k])

@@ -21,10 +21,12 @@ class TFModel:
     which its argmax kernel advances on the device, and generation's recorded passes."""
 
     def __init__(self, cfg: Config, tensors, fp_model: str):
-        if cfg.d_model > LN_D_MAX:
-            raise AssetError(f"d_model {cfg.d_model} is wider than the {LN_D_MAX} the layer norms support")
+        if cfg.d_model > LN_D_MAX:  # tf.c itself has no such limit
+            raise AssetError(f"d_model {cfg.d_model} is wider than the {LN_D_MAX} tf_numba's layer norms stage in "
+                             f"shared memory: use a model with d_model <= {LN_D_MAX}")
         if cfg.d_seq > ATTN_T_MAX:
-            raise AssetError(f"d_seq {cfg.d_seq} is longer than the {ATTN_T_MAX} tokens attention supports")
+            raise AssetError(f"d_seq {cfg.d_seq} is longer than the {ATTN_T_MAX} positions tf_numba's attention "
+                             f"softmax stages in shared memory: use a model with d_seq <= {ATTN_T_MAX}")
         self.cfg = cfg
         self.fused = is_fused(fp_model)
         # tf.c's tf_rsqrt_d_k literal (0.125f for d_k = 64), as a float32 from the config.

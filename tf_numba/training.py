@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from . import kernels as K
-from .assets import AssetError, excerpt, is_int
+from .assets import AssetError, excerpt, is_int, opened
 from .backward import backward, zero_gradients
 from .checkpoints import TF_C_SUMS, c_hex, checkpoints
 from .config import GPT2, INPUT_SIZE, Config
@@ -31,10 +31,9 @@ def fixture_expected(path, cfg: Config):
     """An oracle fixture's (input size, fp model, [(label, count, sum)]), every field checked,
     the configuration and checkpoints against cfg's."""
     try:
-        with open(path, encoding="utf-8") as f:
-            fixture = json.load(f)
-    except OSError as exc:
-        raise AssetError(f"cannot read --expected {path}: {exc.strerror or exc}") from None
+        with opened(path, f"--expected {path} not found: pick an oracle fixture (tools/tf_oracle.py writes them)",
+                    "--expected ") as f:
+            fixture = json.loads(f.read().decode("utf-8"))
     except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deep for a fixture
         raise AssetError(f"--expected {path} is not JSON, so not an oracle fixture (tools/tf_oracle.py "
                          f"writes them)") from None

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numba import config
 
-from cudakit.gpu import unavailable_reason
+from cudakit.gpu import cuda_errors, unavailable_reason
 from microgpt_numba import cli, fast, model as reference
 from microgpt_numba.arena import FloatArena, Model, Scratch, TrainCache, param_storage_count, scratch_storage_count, \
     train_cache_storage_count
@@ -67,6 +67,8 @@ def tiny_input(tmp_path):
     (["--temperature", "inf"], ["argument --temperature", "'inf'"]),
     (["--temperature", "1e-50"], ["argument --temperature", "'1e-50'"]),  # 0 as a float, as the C's (float)atof
     (["--temperature", "warm"], ["argument --temperature", "'warm'"]),
+    (["--temperature", "1e-45"], ["argument --temperature", "1.0f / temperature overflows float32"]),
+    (["--temperature", "2.9e-39"], ["argument --temperature", "at least 2.939e-39"]),
     (["--engine", "turbo"], ["argument --engine", "'turbo'", "fast", "reference"]),
     (["--bogus"], ["unknown option '--bogus'"]),
     (["--bogus", "3"], ["unknown option '--bogus'"]),
@@ -96,6 +98,8 @@ def test_counts_up_to_the_c_int_are_accepted():
     assert (opts.num_steps, opts.num_samples) == (INT_MAX, INT_MAX)
     opts = parse_options(["--steps", "+7", "--samples", "0", "--temperature", "2", "--steps", "1"])  # the last wins
     assert (opts.num_steps, opts.num_samples, opts.temperature) == (1, 0, np.float32(2.0))
+    smallest = parse_options(["--temperature", repr(cli.MIN_TEMPERATURE)]).temperature  # 1/T is float32's largest
+    assert np.isfinite(np.float32(1.0) / smallest) and smallest == np.float32(cli.MIN_TEMPERATURE)
 
 
 def test_help_lists_every_option_with_its_default(capsys):
@@ -151,7 +155,7 @@ def test_loss_log_in_a_missing_folder(capsys, tiny_input, tmp_path):
 def test_a_failed_gpu_run_is_one_line_and_exit_1(capsys, monkeypatch):
     if unavailable_reason() is not None:
         pytest.skip("no GPU and no simulator: the run stops at the GPU check")
-    error = cli._cuda_errors()[0]
+    error = cuda_errors()[0]
 
     def fail(opts, out, err=None):
         raise error("CUDA_ERROR_LAUNCH_FAILED\nunspecified launch failure")
@@ -266,3 +270,27 @@ def test_non_utf8_input_path_and_loss_log(tmp_path):
     assert err[0].startswith(ERROR) and "losses\\xfe.csv" in err[0] and "exists" in err[0]
     with open(log, "rb") as f:
         assert f.read().decode().splitlines() == rows
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_input_that_is_not_a_file(capsys, tmp_path, kind):
+    """A FIFO would block the read and /dev/zero never end it: refused before they are opened."""
+    path = tmp_path / "docs.txt"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    one_line_error(capsys, ["--input", str(path)], 1, "is a FIFO, device or socket, not a file", "regular text file")
+
+
+def test_stdout_closed():
+    r = subprocess.run(f"exec {sys.executable!r} -m microgpt_numba --steps 1 --samples 1 >&-", shell=True,
+                       capture_output=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, cwd=ROOT, timeout=300)
+    want = f"{ERROR}stdout is closed: run with an open stdout (a terminal, a pipe, or > FILE)\n"
+    assert r.returncode == 1 and r.stderr == want.encode(), r.stderr
+
+
+def test_simulator_flag_that_is_not_an_integer():
+    r = run_cli(["--steps", "1"], {"NUMBA_ENABLE_CUDASIM": "yes"})
+    assert r.returncode == 2 and r.stderr == (f"{ERROR}NUMBA_ENABLE_CUDASIM='yes' is not an integer: set it to 1 for "
+                                              "Numba's CPU simulator, or unset it\n").encode(), r.stderr

@@ -467,10 +467,15 @@ def test_fixture_that_is_not_a_json_object(tmp_path, content, words):
 def test_fixture_that_cannot_be_read(tmp_path, monkeypatch):
     from tf_numba.training import fixture_expected
 
-    for path, words in [(tmp_path / "none.json", "No such file or directory"), (tmp_path, "Is a directory")]:
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path, words in [(tmp_path / "none.json", ("not found: pick an oracle fixture",)),
+                        (tmp_path, ("cannot read --expected", "Is a directory")),
+                        (fifo, ("cannot read --expected", "it is a FIFO, not a file")),
+                        ("/dev/zero", ("cannot read --expected", "it is a character device"))]:
         with pytest.raises(AssetError) as info:
             fixture_expected(path, TINY)
-        one_line(info, f"cannot read --expected {path}", words)
+        one_line(info, str(path), *words)
     refuse_open(monkeypatch, tmp_path / "locked.json", OS_ERRORS[0])
     with pytest.raises(AssetError) as info:
         fixture_expected(tmp_path / "locked.json", TINY)

@@ -1,5 +1,6 @@
 """Bad input: one line on stderr that names the problem, a non-zero exit, no traceback."""
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,6 @@ import pytest
 
 from tf_numba.cli import main
 from tests.conftest import FIXTURES, PYTHONPATH
-
 
 
 @pytest.fixture
@@ -211,3 +211,89 @@ def test_prompt_and_tokens_past_d_seq(capsys, tmp_path, shared):
                "--bpe-file", str(shared / "data" / "gpt2.tiktoken")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "exceeds d_seq 16" in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("name", ["model.safetensors", "enc", "data"])
+def test_an_asset_that_is_not_a_file(capsys, bad, name, kind):
+    """A FIFO would block the read and /dev/zero never end it: refused before they are opened."""
+    (bad / name).unlink()
+    if kind == "fifo":
+        os.mkfifo(bad / name)
+    else:
+        (bad / name).symlink_to("/dev/zero")
+    one_line_error(capsys, ["--assets", str(bad)], str(bad / name),
+                   "it is a FIFO" if kind == "fifo" else "it is a character device", "give a regular file")
+
+
+def test_a_bpe_file_that_is_a_fifo(capsys, tiny_assets, tmp_path):
+    os.mkfifo(tmp_path / "ranks")
+    one_line_error(capsys, ["--assets", str(tiny_assets), "--tokens", "2", "--prompt", "Hi",
+                            "--bpe-file", str(tmp_path / "ranks")], "--bpe-file", "it is a FIFO")
+
+
+def test_layers_numbered_with_a_gap(capsys, bad):
+    """h.0, h.2: the model must not run as one layer, dropping the rest without a word."""
+    from safetensors.numpy import load_file, save_file
+
+    path = bad / "model.safetensors"
+    tensors = {k.replace("h.1.", "h.2."): v for k, v in load_file(str(path)).items()}
+    save_file(tensors, str(path), metadata={"n_head": "4"})
+    one_line_error(capsys, ["--assets", str(bad)], "tensors of layer 2 but no 'h.1.ln_1.weight'", "without a gap")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_weights_that_are_not_finite(capsys, bad, value):
+    from safetensors.numpy import load_file
+
+    weight = load_file(str(bad / "model.safetensors"))["h.1.mlp.c_fc.weight"]
+    weight[3, 5] = value
+    rewrite_model(bad / "model.safetensors", change=("h.1.mlp.c_fc.weight", weight))
+    one_line_error(capsys, ["--assets", str(bad)], "'h.1.mlp.c_fc.weight' holds", "at [3, 5]", "must be finite")
+
+
+def test_a_context_of_one_token_leaves_nothing_to_generate(capsys, tmp_path):
+    from tf_assets import write_synthetic
+
+    from tf_numba.config import Config
+
+    write_synthetic(tmp_path, Config(d_vocab=20, d_seq=1, d_model=8, n_heads=2, n_layers=1))
+    one_line_error(capsys, ["--assets", str(tmp_path)], "holds 1 token", "nothing is left to generate")
+
+
+def run_tf(argv, stdout, env=None):
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tf_numba", *argv], stdout=stdout, stderr=subprocess.PIPE,
+                          env=env, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_stdout_full_or_closed(tiny_assets):
+    """No traceback when stdout cannot be written (a full disk) or is not there at all."""
+    with open("/dev/full", "w") as full:
+        r = run_tf(["--assets", str(tiny_assets), "--tokens", "1"], full)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "No space left on device" in r.stderr, r.stderr
+    r = subprocess.run(f"exec {shlex.quote(sys.executable)} -m tf_numba --assets {shlex.quote(str(tiny_assets))} >&-",
+                       shell=True, stderr=subprocess.PIPE, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "stdout is closed" in r.stderr, r.stderr
+
+
+def test_simulator_flag_that_is_not_an_integer(tiny_assets):
+    r = run_tf(["--assets", str(tiny_assets)], subprocess.PIPE, {"NUMBA_ENABLE_CUDASIM": "yes"})
+    assert r.returncode == 2 and r.stderr == ("tf_numba: error: NUMBA_ENABLE_CUDASIM='yes' is not an integer: set "
+                                              "it to 1 for Numba's CPU simulator, or unset it\n"), r.stderr
+
+
+@pytest.mark.parametrize("cfg, words", [
+    ((20, 1025, 8, 2, 1), "d_seq 1025 is longer than the 1024 positions"),
+    ((20, 8, 2050, 1, 1), "d_model 2050 is wider than the 2048"),
+])
+def test_shapes_past_the_shared_memory_rows(capsys, tmp_path, cfg, words):
+    """tf.c would run them; our layer norm and softmax kernels stage a row in shared memory."""
+    from tf_assets import write_synthetic
+
+    from tf_numba.config import Config
+
+    write_synthetic(tmp_path, Config(*cfg))
+    one_line_error(capsys, ["--assets", str(tmp_path), "--tokens", "1"], words, "use a model with")

@@ -2,6 +2,7 @@
 paths, the full recompute and the KV-cache decoder; the two paths token for token on long
 prompts; and the sampler."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -160,6 +161,15 @@ def test_sampler_distribution_is_temperature_then_top_k():
     assert np.allclose(q, want / want.sum(), rtol=1e-12)
     ids, _ = Sampler(2.0, top_k=1).distribution(p)
     assert ids.tolist() == [1]  # of the two maxima, the first: tf.c's argmax
+
+
+def test_sampler_tiny_temperature_is_the_limit_without_a_warning():
+    """Below about 1e-308, (log p - max) / T overflows to -inf: exp gives 0 for all but the maxima."""
+    p = np.array([0.1, 0.3, 0.05, 0.3, 0.25], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ids, q = Sampler(1e-310).distribution(p)
+    assert q.tolist() == [0.0, 0.5, 0.0, 0.5, 0.0]
 
 
 def test_sampler_draws_follow_the_documented_inverse_cdf():

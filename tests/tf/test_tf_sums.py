@@ -76,23 +76,27 @@ def test_tf_c_constants_sums_match_the_seed_fixture():
 
 
 @pytest.mark.slow
-def test_sums_one_layer_live_oracle(tf_c, tmp_path):
-    """Another shape, read from the weights alone (1 layer, 2 heads of 16, V=80, S=16, T=4):
-    the seed tf.c, built and run here by the oracle tool, against the port: all 39 sums and the
-    greedy tokens. One layer is the case where checkpoint 36 repeats checkpoint 14."""
+@pytest.mark.parametrize("shape, input_size, fp_model", [
+    ((80, 16, 32, 2, 1), 4, "fma"),  # one layer: checkpoint 36 repeats checkpoint 14
+    ((70, 16, 12, 4, 2), 9, "nofma"),  # heads 3 wide, a vocabulary and widths off every tile
+], ids=["one_layer", "odd_heads"])
+def test_sums_live_oracle(tf_c, tmp_path, shape, input_size, fp_model):
+    """Other shapes, read from the weights alone (d_vocab, d_seq, d_model, n_heads, n_layers): the
+    seed tf.c, built and run here by the oracle tool, against the port: all 39 sums and the greedy
+    tokens."""
     import tf_oracle
     from tf_assets import write_synthetic
 
     from tf_numba.config import Config
     from tf_numba.generate import generate
 
-    cfg = Config(d_vocab=80, d_seq=16, d_model=32, n_heads=2, n_layers=1)
-    write_synthetic(tmp_path, cfg, n_tokens=8)
-    record, generation = tf_oracle.run_oracle(tf_c, tmp_path, "fma", input_size=4, generate=2)
+    cfg = Config(*shape)
+    write_synthetic(tmp_path, cfg, n_tokens=input_size + 4)
+    record, generation = tf_oracle.run_oracle(tf_c, tmp_path, fp_model, input_size=input_size, generate=2)
     fixture = tmp_path / "oracle.json"
     fixture.write_text(json.dumps(record))
     check_sums(tmp_path, fixture)
 
     got_cfg, tensors = assets.load_model(tmp_path / "model.safetensors")
     assert got_cfg == cfg
-    assert generate(TFModel(cfg, tensors, "fma"), generation["prompt"], 2) == generation["tokens"]
+    assert generate(TFModel(cfg, tensors, fp_model), generation["prompt"], 2) == generation["tokens"]
