@@ -26,7 +26,6 @@ tokens in the same call (eager, CUDA graph, torch.compile; HF generate with the 
 compiled static cache: tools/bench_peers.py), with speed-ups over the fastest PyTorch variant and
 over tf.c's own timers as the oracle fixtures recorded them on a CPU (tools/bench_tf.py).
 """
-import argparse
 import json
 import os
 import shlex
@@ -45,10 +44,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from logcompare import compare_runs  # noqa: E402
+from microgpt_numba.cli import ENGINES  # noqa: E402
 from ncu_summary import read as read_ncu  # noqa: E402
+from tool_cli import OneLineParser, UsageError, path_arg, positive_int  # noqa: E402
 
 
 RUN_TIMEOUT_S = 300
+ENGINE_NAMES = ("default", *ENGINES)  # no --engine, or one of python -m microgpt_numba's
+PEER_PARTS = ("eager", "graph", "compile", "generate")  # what bench_peers times
 
 
 class BenchError(Exception):
@@ -364,25 +367,48 @@ def run_entry(name, args, out_dir, command):
     print(md_path.read_text())
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv):
+    parser = OneLineParser(prog="bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("entry", choices=sorted(ENTRIES) + ["all"], help="what to time ('all': every entry)")
-    parser.add_argument("--out", help="folder for the results (created; must not hold earlier results)")
-    parser.add_argument("--shared", help="folder with seeds/, data/, anchors/ (default $MICROGPT_SHARED or ../shared)")
-    parser.add_argument("--steps", type=int, nargs="+", default=[1000], help="microgpt: training lengths")
-    parser.add_argument("--assets", help="tf: folder with GPT-2-shaped assets (default: synthesize them into --out)")
-    parser.add_argument("--repeat", type=int, default=3, help="microgpt: runs per timing, the median is kept")
-    parser.add_argument("--peers", default="eager,graph,compile,generate",
-                        help="tf: the PyTorch parts to time (default: %(default)s)")
-    parser.add_argument("--engines", nargs="+", default=["default"],
-                        help="microgpt: engines to time ('default' passes no --engine)")
+    parser.add_argument("--out", type=path_arg, help="folder for the results (created; must not hold earlier results)")
+    parser.add_argument("--shared", type=path_arg,
+                        help="folder with seeds/, data/, anchors/ (default $MICROGPT_SHARED or ../shared)")
+    parser.add_argument("--steps", type=positive_int, nargs="+", default=[1000], help="microgpt: training lengths")
+    parser.add_argument("--assets", type=path_arg,
+                        help="tf: folder with GPT-2-shaped assets (default: synthesize them into --out)")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="microgpt: runs per timing, the median is kept")
+    parser.add_argument("--peers", default=",".join(PEER_PARTS),
+                        help="tf: the PyTorch parts to time, comma-separated (default: %(default)s)")
+    parser.add_argument("--engines", nargs="+", default=["default"], choices=ENGINE_NAMES, metavar="ENGINE",
+                        help=f"microgpt: engines to time, of {', '.join(ENGINE_NAMES)} ('default' passes no --engine)")
     args = parser.parse_args(argv)
-    out_dir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
+    unknown = sorted(set(args.peers.split(",")) - set(PEER_PARTS))
+    if unknown:  # else timed as nothing, silently
+        parser.error(f"--peers: unknown parts {unknown}; pick from {','.join(PEER_PARTS)}")
+    for flag, values in (("--steps", args.steps), ("--engines", args.engines)):
+        if len(set(values)) < len(values):  # two equal --steps would divide by zero in the marginal rate
+            parser.error(f"{flag} lists a value twice ({' '.join(map(str, values))}): give each once")
+    return args
+
+
+def main(argv=None):
+    try:
+        args = parse_args(argv)
+    except UsageError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 2
+    if args.out is not None:  # made before any entry runs: a file in the way fails now, in one line
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            what = "it is a file, not a folder" if args.out.exists() else exc.strerror or exc
+            print(f"bench: cannot make the --out folder {args.out} ({what}); pick another --out", file=sys.stderr)
+            return 1
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
     command = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
     status = 0
     for name in sorted(ENTRIES) if args.entry == "all" else [args.entry]:
         try:  # one entry failing still leaves the others' numbers
-            out_dir.mkdir(parents=True, exist_ok=True)
             run_entry(name, args, out_dir, command)
         except BenchError as exc:
             print(f"bench: {exc}", file=sys.stderr)

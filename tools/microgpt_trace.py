@@ -62,6 +62,7 @@ from microgpt_numba.arena import (KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Mod
 from microgpt_numba.constants import BLOCK_SIZE, N_EMBD, N_HEAD, N_LAYER  # noqa: E402
 from microgpt_numba.dataset import InputError, load_dataset, read_input, tokenize_doc, trained_positions  # noqa: E402
 from microgpt_numba.glibc_rand import GlibcRand  # noqa: E402
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, positive_int, unwritable  # noqa: E402
 
 PROG = "microgpt_trace.py"
 MAGIC, VERSION = b"MGTRACE1", 1
@@ -97,10 +98,6 @@ OPS = {
 ELEMENTWISE = {"vec_add", "vec_add_inplace", "relu_forward", "relu_backward", "cross_entropy_backward", "adam_update",
                "row_add", "zero_device", "copy_device", "memset"}
 CONSTANTS = {"N_EMBD": N_EMBD, "BLOCK_SIZE": BLOCK_SIZE, "N_HEAD": N_HEAD}
-
-
-class UsageError(Exception):
-    """Bad arguments or input files: exit 2."""
 
 
 class RunError(Exception):
@@ -166,6 +163,9 @@ class Trace:
 
     def __init__(self, path):
         self.path, self.pos = Path(path), 0
+        kind = not_a_file(self.path)
+        if kind:  # mmap needs a regular file; a FIFO would block the open
+            raise UsageError(f"cannot read trace {path}: it is {kind}; pass a file written by --trace or `ours`")
         try:
             with open(self.path, "rb") as f:
                 self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.path.stat().st_size else b""
@@ -526,6 +526,9 @@ def c_function(name):
 
 
 def read_seed(path):
+    kind = not_a_file(path)
+    if kind:  # a FIFO would block the read, a device never end it
+        raise UsageError(f"cannot read the seed {path}: it is {kind}; pass microgpt.cu to --seed")
     try:
         return Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -1105,17 +1108,6 @@ def render(report, results):
 
 # ---- command line
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{message}; see {self.prog} --help")
-
-
-def positive(text):
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return int(text)
-
-
 def step_range(text):
     m = re.fullmatch(r"(\d+):(\d+)", text)
     if m is None or int(m[1]) > int(m[2]):
@@ -1131,38 +1123,38 @@ def op_names(text):
 
 
 def parse_args(argv):
-    parser = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run_options(p, traced_required):
-        p.add_argument("--input", required=True, type=Path, help="the documents, one a line (names.txt)")
-        p.add_argument("--steps", type=positive, default=1000)
+        p.add_argument("--input", required=True, type=path_arg, help="the documents, one a line (names.txt)")
+        p.add_argument("--steps", type=positive_int, default=1000)
         p.add_argument("--trace-steps", type=step_range, metavar="A:B", required=traced_required, default=range(0),
                        help="0-based steps A..B-1 that also get SNAPSHOT and OP records")
 
     p = sub.add_parser("patch", help="write the instrumented microgpt.cu")
-    p.add_argument("--seed", required=True, type=Path, help="microgpt.cu (read only)")
-    p.add_argument("--out", required=True, type=Path, help="the instrumented copy")
+    p.add_argument("--seed", required=True, type=path_arg, help="microgpt.cu (read only)")
+    p.add_argument("--out", required=True, type=path_arg, help="the instrumented copy")
     p = sub.add_parser("ours", help="our engine's trace")
     run_options(p, False)
-    p.add_argument("--out", required=True, type=Path, help="the trace")
+    p.add_argument("--out", required=True, type=path_arg, help="the trace")
     p = sub.add_parser("replay", help="a trace's ops on our kernels")
-    p.add_argument("trace", type=Path)
+    p.add_argument("trace", type=path_arg)
     p.add_argument("--ops", type=op_names, help="only these (comma-separated C names); the others' outputs are "
                    "taken from the trace")
-    p.add_argument("--out", type=Path, help="the JSON report (default: stdout)")
+    p.add_argument("--out", type=path_arg, help="the JSON report (default: stdout)")
     p = sub.add_parser("fit", help="a trace's cuBLAS calls against candidate summation orders")
-    p.add_argument("trace", type=Path)
-    p.add_argument("--out", type=Path, help="the JSON report (default: stdout)")
+    p.add_argument("trace", type=path_arg)
+    p.add_argument("--out", type=path_arg, help="the JSON report (default: stdout)")
     p = sub.add_parser("compare", help="where two traces first differ")
-    p.add_argument("a", type=Path, help="normally the C's")
-    p.add_argument("b", type=Path, help="normally ours")
-    p.add_argument("--out", type=Path, help="the JSON report (default: stdout)")
+    p.add_argument("a", type=path_arg, help="normally the C's")
+    p.add_argument("b", type=path_arg, help="normally ours")
+    p.add_argument("--out", type=path_arg, help="the JSON report (default: stdout)")
     p = sub.add_parser("forensics", help="everything, on a GPU machine")
-    p.add_argument("--seed", required=True, type=Path, help="microgpt.cu (read only)")
+    p.add_argument("--seed", required=True, type=path_arg, help="microgpt.cu (read only)")
     run_options(p, True)
-    p.add_argument("--out", required=True, type=Path, help="folder for report.md and the JSON files (small)")
-    p.add_argument("--work", type=Path, help="builds and traces (large; default: a new folder in /tmp)")
+    p.add_argument("--out", required=True, type=path_arg, help="folder for report.md and the JSON files (small)")
+    p.add_argument("--work", type=path_arg, help="builds and traces (large; default: a new folder in /tmp)")
     return parser.parse_args(argv)
 
 
@@ -1170,6 +1162,9 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         result = None
+        problem = args.command != "forensics" and args.out is not None and unwritable(args.out)
+        if problem:  # before a run or a replay of minutes, not after it
+            raise UsageError(f"cannot write --out {args.out}: {problem}; pick another --out")
         if args.command == "patch":
             args.out.write_text(patch(read_seed(args.seed), args.seed))
         elif args.command == "ours":

@@ -5,12 +5,17 @@ the launches, the total and mean time and the share of all kernel time.
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \\
         --log-file prof.csv python3 -m tf_numba --validate ...
     python3 tools/ncu_summary.py prof.csv
+
+Exit status: 0 printed; 1 a CSV that cannot be read or holds no metric rows; 2 a usage error.
 """
-import argparse
 import csv
 import re
 import sys
 from collections import defaultdict
+
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg
+
+COLUMNS = ("Kernel Name", "Metric Name", "Metric Value")
 
 
 def short_name(name):
@@ -27,29 +32,45 @@ def short_name(name):
 
 
 def read(path):
+    kind = not_a_file(path)
+    if kind:  # a FIFO would block the read, a device never end it
+        raise SystemExit(f"ncu_summary: {path} is {kind}, not a file; give ncu's --log-file")
     try:
         with open(path, newline="") as f:
             lines = [line for line in f if line.startswith('"')]  # ncu's own log lines come first
+        rows = list(csv.DictReader(lines))
     except OSError as exc:
         raise SystemExit(f"ncu_summary: cannot read {path} ({exc.strerror}); give ncu's --log-file")
-    rows = list(csv.DictReader(lines))
-    if not rows or "Metric Value" not in rows[0]:
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise SystemExit(f"ncu_summary: {path} is not ncu's CSV ({exc}); run ncu with --csv --log-file")
+    if not rows or not all(column in rows[0] for column in COLUMNS):
         raise SystemExit(f"ncu_summary: {path} holds no ncu CSV metric rows; run ncu with --csv --log-file")
-    return [(short_name(r["Kernel Name"]), float(r["Metric Value"].replace(",", "")))
-            for r in rows if r["Metric Name"] == "gpu__time_duration.sum"]
+    times = []
+    for r in rows:
+        if r["Metric Name"] == "gpu__time_duration.sum":
+            try:
+                times.append((short_name(r["Kernel Name"] or ""), float((r["Metric Value"] or "").replace(",", ""))))
+            except ValueError:
+                raise SystemExit(f"ncu_summary: {path}: metric value {r['Metric Value']!r} is not a number; "
+                                 "run ncu with --print-units base") from None
+    return times
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv")
-    args = ap.parse_args(argv)
+    ap = OneLineParser(prog="ncu_summary.py", description=__doc__.splitlines()[0])
+    ap.add_argument("csv", type=path_arg)
+    try:
+        args = ap.parse_args(argv)
+    except UsageError as exc:
+        print(f"ncu_summary: error: {exc}", file=sys.stderr)
+        return 2
     per = defaultdict(list)
     for name, ns in read(args.csv):
         per[name].append(ns)
     total = sum(sum(v) for v in per.values())
     print(f"{'kernel':32} {'launches':>8} {'total us':>10} {'mean us':>9} {'share':>6}")
     for name, v in sorted(per.items(), key=lambda kv: -sum(kv[1])):
-        print(f"{name:32} {len(v):8d} {sum(v) / 1e3:10.1f} {sum(v) / len(v) / 1e3:9.2f} {sum(v) / total:6.1%}")
+        print(f"{name:32} {len(v):8d} {sum(v) / 1e3:10.1f} {sum(v) / len(v) / 1e3:9.2f} {sum(v) / (total or 1):6.1%}")
     print(f"{'all kernels':32} {sum(len(v) for v in per.values()):8d} {total / 1e3:10.1f}")
 
 

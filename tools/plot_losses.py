@@ -10,12 +10,13 @@ matplotlib is an optional extra (pip install 'microgpt-numba[plot]'), imported o
 Exit status: 0 drawn, 2 a usage error, 1 a log without losses, an unreadable log, an existing
 output without --force, or no matplotlib; every error is one line on stderr.
 """
-import argparse
 import csv
 import io
 import re
 import sys
 from pathlib import Path
+
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, unwritable
 
 PROG = "plot_losses"
 STEP = re.compile(rb"step\s+(\d+) /\s+(\d+) \| loss (\S+)")
@@ -25,26 +26,29 @@ class PlotError(Exception):
     """One line for the user; exit 1."""
 
 
-class UsageError(Exception):
-    """A bad command line; exit 2."""
-
-
 def parse_csv(text, name="log"):
     """(steps, losses) from a --loss-log CSV's text."""
     rows = csv.reader(io.StringIO(text))
+    try:
+        return csv_rows(rows, name)
+    except csv.Error as exc:  # a field over csv's 128 KiB limit, a NUL, a stray quote
+        raise PlotError(f"{name} line {rows.line_num} is not CSV ({exc}); give a --loss-log CSV") from None
+
+
+def csv_rows(rows, name):
     header = next(rows, [])
     if header[:2] != ["step", "loss"]:
         raise PlotError(f"{name} is not a loss log: its header is {','.join(header)!r}, not 'step,loss[,loss_hex]'")
     exact = len(header) > 2 and header[2] == "loss_hex"
     steps, losses = [], []
-    for line_no, row in enumerate(rows, start=2):
+    for row in rows:
         if not row:
             continue
         try:
             steps.append(int(row[0]))
             losses.append(float.fromhex(row[2]) if exact and len(row) > 2 else float(row[1]))
         except (ValueError, IndexError):
-            raise PlotError(f"{name} line {line_no} is not 'step,loss,...': {','.join(row)!r}") from None
+            raise PlotError(f"{name} line {rows.line_num} is not 'step,loss,...': {','.join(row)[:80]!r}") from None
     return steps, losses
 
 
@@ -66,6 +70,9 @@ def parse_stdout(data):
 def read_log(path):
     """(steps, losses) of one log file, CSV or stdout, by its first bytes."""
     path = Path(path)
+    kind = not_a_file(path)
+    if kind:  # a FIFO would block the read, /dev/zero never end it
+        raise PlotError(f"{str(path)!r} is {kind}, not a log file; give a regular file")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -105,6 +112,9 @@ def draw(logs, out, force=False, title=None, smooth=1, labels=None):
     """Draws each log's curve into the PNG out. logs: paths; labels: their legend entries (default
     the file names). Refuses an existing out unless force."""
     out = Path(out)
+    problem = unwritable(out)
+    if problem:  # before the logs are read
+        raise PlotError(f"cannot write {str(out)!r}: {problem}; give another -o")
     if out.exists() and not force:
         raise PlotError(f"{str(out)!r} exists; pass --force to replace it, or give another -o")
     curves = [read_log(p) for p in logs]
@@ -138,16 +148,11 @@ def draw(logs, out, force=False, title=None, smooth=1, labels=None):
     return out
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{message}; see python tools/plot_losses.py --help")
-
-
 def main(argv=None):
-    p = _Parser(prog="python tools/plot_losses.py", description=__doc__.splitlines()[0],
-                epilog="Logs: --loss-log CSVs or stdout logs of microgpt.cu or python -m microgpt_numba.")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="loss logs to draw, one curve each")
-    p.add_argument("-o", "--out", required=True, metavar="PNG",
+    p = OneLineParser(prog="python tools/plot_losses.py", description=__doc__.splitlines()[0],
+                      epilog="Logs: --loss-log CSVs or stdout logs of microgpt.cu or python -m microgpt_numba.")
+    p.add_argument("logs", nargs="+", metavar="LOG", type=path_arg, help="loss logs to draw, one curve each")
+    p.add_argument("-o", "--out", required=True, metavar="PNG", type=path_arg,
                    help="the picture to write (never replaced without --force)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--title", help="the picture's title (default: training loss)")
@@ -159,7 +164,7 @@ def main(argv=None):
         except SystemExit as exc:  # --help
             return exc.code or 0
         if args.smooth < 1:
-            raise UsageError("--smooth must be at least 1; see python tools/plot_losses.py --help")
+            raise UsageError("--smooth must be at least 1 (see python tools/plot_losses.py --help)")
         print(draw(args.logs, args.out, args.force, args.title, args.smooth))
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

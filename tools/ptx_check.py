@@ -12,6 +12,8 @@ accumulators in registers (no stack). Numba looks for a device, NVRTC and libdev
 driver; without a driver those lookups are answered here.
 
     CUDA_HOME=/usr/local/cuda python tools/ptx_check.py      (not under NUMBA_ENABLE_CUDASIM)
+
+Exit status: 0 every kernel fits; 1 one does not, or the toolkit is missing or fails; 2 a usage error.
 """
 import os
 import re
@@ -34,13 +36,16 @@ from tf_numba import kernels as tf_kernels  # noqa: E402
 from tf_numba.launch import BLOCK  # noqa: E402
 from tf_numba import matmul as tf_matmul  # noqa: E402
 from tf_matmul_sweep import SHAPES  # noqa: E402
+from tool_cli import OneLineParser, UsageError  # noqa: E402
 
 CC = (9, 0)
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 REGISTERS_PER_BLOCK = 65536
 nvrtc.get_supported_ccs = lambda: (CC,)
 dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=CC)
-nvvm.get_libdevice = libs.get_libdevice = lambda: str(CUDA_HOME / "nvvm" / "libdevice" / "libdevice.10.bc")
+PTXAS = CUDA_HOME / "bin" / "ptxas"
+LIBDEVICE = CUDA_HOME / "nvvm" / "libdevice" / "libdevice.10.bc"
+nvvm.get_libdevice = libs.get_libdevice = lambda: str(LIBDEVICE)
 
 F1, F2, F3 = (types.Array(types.float32, d, "C") for d in (1, 2, 3))
 I1, I2 = types.Array(types.int32, 1, "C"), types.Array(types.int32, 2, "C")
@@ -85,7 +90,7 @@ KERNELS = [
 
 
 def ptxas(path, cap):
-    args = [str(CUDA_HOME / "bin" / "ptxas"), f"-arch=sm_{CC[0]}{CC[1]}", "-v", str(path), "-o", os.devnull]
+    args = [str(PTXAS), f"-arch=sm_{CC[0]}{CC[1]}", "-v", str(path), "-o", os.devnull]
     info = subprocess.run(args + ([f"-maxrregcount={cap}"] if cap else []), capture_output=True, text=True,
                           check=True).stderr
     regs = int(re.search(r"Used (\d+) registers", info).group(1))
@@ -96,17 +101,45 @@ def ptxas(path, cap):
     return regs, spill, smem, stack
 
 
-def main():
-    if config.ENABLE_CUDASIM:
-        print("ptx_check: unset NUMBA_ENABLE_CUDASIM; the simulator compiles nothing", file=sys.stderr)
+def compile_errors():
+    """What a missing or failing NVVM raises (those this Numba has), to report in one line."""
+    from numba.cuda.cudadrv import error
+
+    return tuple(getattr(error, name) for name in ("NvvmError", "NvvmSupportError", "CudaSupportError")
+                 if isinstance(getattr(error, name, None), type))
+
+
+def main(argv=None):
+    try:
+        OneLineParser(prog="ptx_check.py", description=__doc__.splitlines()[0]).parse_args(argv)
+    except UsageError as exc:
+        print(f"ptx_check: error: {exc}", file=sys.stderr)
         return 2
+    if config.ENABLE_CUDASIM:
+        print("ptx_check: error: unset NUMBA_ENABLE_CUDASIM; the simulator compiles nothing", file=sys.stderr)
+        return 2
+    for need in (PTXAS, LIBDEVICE):  # else a FileNotFoundError from deep in Numba, or from subprocess
+        if not need.is_file():
+            print(f"ptx_check: error: CUDA_HOME={CUDA_HOME} has no {need.relative_to(CUDA_HOME)} ({need} is missing); "
+                  "set CUDA_HOME to the CUDA toolkit's folder", file=sys.stderr)
+            return 1
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, kernel, signature, threads, cap, registers_only in KERNELS:
-            ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
-            path = Path(tmp) / "kernel.ptx"
-            path.write_text(ptx)
-            regs, spill, smem, stack = ptxas(path, cap)
+            try:
+                ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+                path = Path(tmp) / "kernel.ptx"
+                path.write_text(ptx)
+                regs, spill, smem, stack = ptxas(path, cap)
+            except compile_errors() as exc:
+                print(f"ptx_check: error: {name}: NVVM failed ({' '.join(str(exc).split())}); check the CUDA "
+                      f"toolkit under CUDA_HOME={CUDA_HOME}", file=sys.stderr)
+                return 1
+            except (OSError, subprocess.CalledProcessError) as exc:
+                detail = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines() or ["no output"]
+                print(f"ptx_check: error: {name}: {PTXAS} failed ({detail[-1]}); check the CUDA toolkit under "
+                      f"CUDA_HOME={CUDA_HOME}", file=sys.stderr)
+                return 1
             fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
             fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
             ok &= fits

@@ -6,7 +6,12 @@
 
 Synthetic values come from an integer hash of (tensor name, element index), so the files are
 the same bits on every machine and numpy version. Nothing is overwritten without --force, and
-every file is written to a temporary name in the same folder, then renamed.
+every file is written to a temporary name in the same folder, then renamed (a failure or SIGTERM
+removes it). synth refuses a model.safetensors over 2**31 - 1 bytes, which tf.c cannot address:
+it reads each tensor's data_offsets with atoi, an int.
+
+Exit status: 0 written; 1 bad data or environment (an unreadable input, a file in the way, too
+little disk space, a failed download); 2 a usage error (a bad option, sizes tf.c cannot read).
 """
 import argparse
 import contextlib
@@ -16,8 +21,11 @@ import http.client
 import json
 import math
 import os
+import shutil
+import signal
 import sys
 import tempfile
+import urllib.parse
 import urllib.request
 import zlib
 from pathlib import Path
@@ -25,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, unwritable  # noqa: E402
 from tf_numba.assets import AssetError, encode_prompt, gpt2_encoding  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
 
@@ -36,6 +45,12 @@ GPT2_URL = "https://huggingface.co/openai-community/gpt2/resolve/main/model.safe
 TINY_INPUT_SIZE = 8
 PRESETS = {"tiny": TINY, "gpt2": GPT2}
 CHUNK = 1 << 22  # elements hashed at a time: bounds memory for the 124M file
+# tf.c reads every tensor's data_offsets with atoi, an int: the tensor data must end by INT_MAX.
+# synth bounds the whole file by it (the header is small beside the data).
+TF_C_MAX_BYTES = 2**31 - 1
+# The shortest header entry (`"h.0.ln_1.bias":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},`
+# is 66 bytes): a lower bound on the header, to refuse a huge layer count before building it.
+HEADER_ENTRY_MIN = 60
 
 
 class ToolError(Exception):
@@ -107,8 +122,11 @@ def tensor_shapes(cfg: Config) -> dict:
 
 def tensor_chunks(name: str, shape: list, cfg: Config):
     """The tensor's float32 bytes, a chunk at a time. `h.N.attn.bias` is GPT-2's causal mask."""
-    if name.endswith(".attn.bias"):
-        yield np.tril(np.ones(shape[-2:], dtype=np.float32)).tobytes()
+    if name.endswith(".attn.bias"):  # by rows: the S x S mask may be larger than memory
+        S = shape[-1]
+        for first in range(0, S, max(1, CHUNK // S)):
+            rows = np.arange(first, min(S, first + max(1, CHUNK // S)))[:, None]
+            yield (np.arange(S)[None, :] <= rows).astype(np.float32).tobytes()
         return
     count = math.prod(shape)
     for start in range(0, count, CHUNK):
@@ -155,18 +173,36 @@ def check_config(cfg: Config, n_tokens: int):
         raise ToolError(f"--tokens {n_tokens} must be between 1 and {DATA_SIZE_MAX // 2} (tf.c's data limit)")
 
 
+def tensor_bytes(cfg: Config) -> int:
+    """The bytes of tensor_shapes(cfg)'s float32 data, from the sizes alone (any n_layers, at once)."""
+    V, S, D, L = cfg.d_vocab, cfg.d_seq, cfg.d_model, cfg.n_layers
+    per_layer = 12 * D * D + S * S + 13 * D  # c_attn, c_proj, c_fc, mlp.c_proj; the mask; biases and layernorms
+    return 4 * (V * D + S * D + L * per_layer + 2 * D)
+
+
+def check_size(cfg: Config, n_tokens: int):
+    """Refuse (UsageError, exit 2) a model.safetensors that tf.c could not read, before anything is made."""
+    lowest = tensor_bytes(cfg) + 8 + HEADER_ENTRY_MIN * (13 * cfg.n_layers + 4)
+    if lowest > TF_C_MAX_BYTES:
+        raise UsageError(f"--vocab {cfg.d_vocab} --seq {cfg.d_seq} --d-model {cfg.d_model} --layers {cfg.n_layers} "
+                         f"make a model.safetensors of at least {lowest:,} bytes; tf.c reads tensor offsets with atoi, "
+                         f"so at most {TF_C_MAX_BYTES:,}: lower --d-model, --seq, --layers or --vocab")
+
+
 def write_synthetic(out_dir, cfg: Config, n_tokens: int = INPUT_SIZE + 1, *, bpe_file=None, force=False) -> None:
     """Write out_dir/model.safetensors, out_dir/enc and out_dir/data for cfg.
 
     enc is GPT-2's when bpe_file (a gpt2 .tiktoken ranks file) is given, which needs
     d_vocab 50257, else synthetic. data holds n_tokens hashed token ids below d_vocab."""
     check_config(cfg, n_tokens)
+    check_size(cfg, n_tokens)
     if bpe_file is not None and cfg.d_vocab != GPT2.d_vocab:
         raise ToolError(f"--bpe-file gives GPT-2's {GPT2.d_vocab}-token enc, but vocab is {cfg.d_vocab}; drop --bpe-file")
     tokens = gpt2_enc_tokens(gpt2_encoding(bpe_file)) if bpe_file is not None else synthetic_enc_tokens(cfg.d_vocab)
     shapes = tensor_shapes(cfg)
     metadata = {"format": "pt", "n_head": str(cfg.n_heads), "made_by": synth_command(cfg, n_tokens, bpe_file is not None)}
     header = safetensors_header(shapes, metadata)
+    enc = encode_enc(tokens)
 
     def model_chunks():
         yield len(header).to_bytes(8, "little")
@@ -174,11 +210,15 @@ def write_synthetic(out_dir, cfg: Config, n_tokens: int = INPUT_SIZE + 1, *, bpe
         for name in sorted(shapes):
             yield from tensor_chunks(name, shapes[name], cfg)
 
+    model_size = 8 + len(header) + tensor_bytes(cfg)
+    if model_size > TF_C_MAX_BYTES:  # the header's real size: check_size took its lower bound
+        raise UsageError(f"model.safetensors would be {model_size:,} bytes; tf.c reads tensor offsets with atoi, "
+                         f"so at most {TF_C_MAX_BYTES:,}: lower --d-model, --seq, --layers or --vocab")
     write_files(Path(out_dir), {
         "model.safetensors": model_chunks,
-        "enc": lambda: [encode_enc(tokens)],
+        "enc": lambda: [enc],
         "data": lambda: [synthetic_data(cfg.d_vocab, n_tokens).tobytes()],
-    }, force)
+    }, force, need_bytes=model_size + len(enc) + 2 * n_tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,6 +245,9 @@ def encode_data(tokens) -> bytes:
 
 
 def write_text_assets(text_file, out_dir, bpe_file=None, force=False) -> None:
+    kind = not_a_file(text_file)
+    if kind:  # a FIFO would block the read, /dev/zero never end it
+        raise ToolError(f"--input {text_file} is {kind}, not a text file; pass a regular file")
     try:
         text = Path(text_file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -213,7 +256,7 @@ def write_text_assets(text_file, out_dir, bpe_file=None, force=False) -> None:
         raise ToolError(f"{text_file} holds no text, so data would be empty (tf_numba refuses it); pass a text file")
     data = encode_data(encode_prompt(text, bpe_file))
     enc = encode_enc(gpt2_enc_tokens(gpt2_encoding(bpe_file)))
-    write_files(Path(out_dir), {"data": lambda: [data], "enc": lambda: [enc]}, force)
+    write_files(Path(out_dir), {"data": lambda: [data], "enc": lambda: [enc]}, force, need_bytes=len(data) + len(enc))
 
 
 def download(out_dir, url=GPT2_URL, force=False) -> None:
@@ -222,6 +265,11 @@ def download(out_dir, url=GPT2_URL, force=False) -> None:
         request = urllib.request.Request(url)
     except ValueError as exc:  # no scheme: urllib's "unknown url type"
         raise ToolError(f"--url {url!r} is not a URL ({exc}); pass an https:// or file:// address") from None
+    if request.type == "file":
+        local = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+        kind = not_a_file(local)
+        if kind:  # a FIFO blocks, a device such as /dev/zero never ends
+            raise ToolError(f"--url {url} is {kind}, not a file; pass the address of a regular file")
 
     def chunks():
         try:
@@ -231,30 +279,47 @@ def download(out_dir, url=GPT2_URL, force=False) -> None:
         except (OSError, ValueError, http.client.HTTPException) as exc:
             raise ToolError(f"cannot download {url} ({exc}); this needs a network, or copy the file in by hand") from None
 
-    write_files(Path(out_dir), {"model.safetensors": chunks}, force, expect_size=GPT2_FILE_SIZE)
+    write_files(Path(out_dir), {"model.safetensors": chunks}, force, expect_size=GPT2_FILE_SIZE,
+                need_bytes=GPT2_FILE_SIZE)
 
 
 # ---------------------------------------------------------------------------------------------
 # Files
 
 
-def write_files(out_dir: Path, files: dict, force: bool, expect_size=None) -> None:
+def check_out(out_dir: Path, names, force: bool, need_bytes=0, option="--out") -> list:
+    """Refuse before any work what write_files would fail on: a file above out_dir, an unwritable
+    folder, one of names already there without force (or a folder or FIFO in its place), too little
+    free space. The folders to make, deepest first; messages name the option that gave the path."""
+    missing = []
+    folder = out_dir
+    while not folder.exists():  # also False under a regular file
+        missing.append(folder)
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ToolError(f"cannot write in {out_dir}: {folder} is a file, not a folder; pick another {option}")
+    for name in names:
+        problem = unwritable(out_dir / name)
+        if problem:
+            raise ToolError(f"cannot write {out_dir / name}: {problem}; pick another {option}")
+    existing = [str(out_dir / name) for name in names if (out_dir / name).exists()]
+    if existing and not force:
+        raise ToolError(f"{', '.join(existing)} already exists; pass --force to replace it")
+    free = shutil.disk_usage(folder).free
+    if need_bytes > free:  # the old files stay until the new ones are renamed over them
+        raise ToolError(f"{out_dir} needs {need_bytes:,} bytes but {folder} has {free:,} free; free some space "
+                        f"or pick another {option}")
+    return missing
+
+
+def write_files(out_dir: Path, files: dict, force: bool, expect_size=None, need_bytes=0) -> None:
     """Write {name: () -> iterable of bytes} into out_dir, making it if needed. Refuse before
-    writing anything if one exists and force is off. Every file goes to a temporary name in
-    out_dir and all are renamed at the end, so a failure leaves none of them, nor a folder
-    that this call made."""
+    writing anything what check_out refuses. Every file goes to a temporary name in out_dir and
+    all are renamed at the end, so a failure (SIGTERM too, under main()) leaves none of them, nor
+    a folder that this call made. A file of expect_size bytes stops as soon as it has more."""
     made, temporaries, done = [], [], False
     try:
-        missing = []  # out_dir and the parents to make, deepest first
-        folder = out_dir
-        while not folder.exists():  # also False under a regular file
-            missing.append(folder)
-            folder = folder.parent
-        if not folder.is_dir():
-            raise ToolError(f"cannot write in {out_dir}: {folder} is a file, not a folder; pick another --out")
-        existing = [str(out_dir / name) for name in files if (out_dir / name).exists()]
-        if existing and not force:
-            raise ToolError(f"{', '.join(existing)} already exists; pass --force to replace it")
+        missing = check_out(out_dir, files, force, need_bytes)
         for path in reversed(missing):
             path.mkdir()
             made.append(path)
@@ -264,6 +329,9 @@ def write_files(out_dir: Path, files: dict, force: bool, expect_size=None) -> No
             with os.fdopen(fd, "wb") as f:
                 for block in chunks():
                     f.write(block)
+                    if expect_size is not None and f.tell() > expect_size:  # /dev/zero, a wrong URL
+                        raise ToolError(f"{name} is over {expect_size} bytes, expected exactly that; the download "
+                                        "is not GPT-2 124M")
                 size = f.tell()
             if expect_size is not None and size != expect_size:
                 raise ToolError(f"{name} is {size} bytes, expected {expect_size}; the download is not GPT-2 124M")
@@ -295,26 +363,19 @@ def sha256(path) -> str:
 # Command line
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """A usage error as one line, exit status 2 (bad data and failed runs exit 1); tf_oracle.py's too."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog.split()[0]}: error: {message} (see {self.prog} --help)\n")
-
-
 def parse_args(argv):
     parser = OneLineParser(prog="tf_assets.py", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     text = sub.add_parser("text", help="text -> data and enc (GPT-2 tokenizer)")
-    text.add_argument("--input", required=True, help="UTF-8 text file")
-    text.add_argument("--out", required=True, help="folder for data and enc")
-    text.add_argument("--bpe-file", help="gpt2.tiktoken ranks file (else tiktoken downloads it)")
+    text.add_argument("--input", required=True, type=path_arg, help="UTF-8 text file")
+    text.add_argument("--out", required=True, type=path_arg, help="folder for data and enc")
+    text.add_argument("--bpe-file", type=path_arg, help="gpt2.tiktoken ranks file (else tiktoken downloads it)")
     text.add_argument("--force", action="store_true", help="replace existing files")
 
     dl = sub.add_parser("download", help="GPT-2 124M model.safetensors from its model hub")
-    dl.add_argument("--out", required=True, help="folder for model.safetensors")
+    dl.add_argument("--out", required=True, type=path_arg, help="folder for model.safetensors")
     dl.add_argument("--url", default=GPT2_URL, help="where to fetch it (default: %(default)s)")
     dl.add_argument("--force", action="store_true", help="replace an existing file")
 
@@ -326,14 +387,24 @@ def parse_args(argv):
         synth.add_argument(flag, type=int, dest=field, help=f"override the preset's {field}")
     synth.add_argument("--tokens", type=int, default=INPUT_SIZE + 1,
                        help="data tokens (default: %(default)s, tf.c's training step)")
-    synth.add_argument("--bpe-file", help="use GPT-2's enc from this gpt2.tiktoken file (vocab 50257 only)")
-    synth.add_argument("--out", required=True, help="folder for model.safetensors, enc, data")
+    synth.add_argument("--bpe-file", type=path_arg, help="use GPT-2's enc from this gpt2.tiktoken file (vocab 50257 only)")
+    synth.add_argument("--out", required=True, type=path_arg, help="folder for model.safetensors, enc, data")
     synth.add_argument("--force", action="store_true", help="replace existing files")
     return parser.parse_args(argv)
 
 
+def terminated(signum, frame):
+    """SIGTERM as SystemExit, so that write_files' cleanup runs and removes its temporary files."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except UsageError as exc:
+        print(f"tf_assets.py: error: {exc}", file=sys.stderr)
+        return 2
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         if args.command == "text":
             write_text_assets(args.input, args.out, args.bpe_file, args.force)
@@ -343,9 +414,14 @@ def main(argv=None):
             sizes = {k: getattr(args, k) for k in Config.__dataclass_fields__ if getattr(args, k) is not None}
             cfg = dataclasses.replace(PRESETS[args.preset], **sizes)
             write_synthetic(args.out, cfg, args.tokens, bpe_file=args.bpe_file, force=args.force)
+    except UsageError as exc:
+        print(f"tf_assets.py: error: {exc}", file=sys.stderr)
+        return 2
     except (ToolError, AssetError) as exc:
         print(f"tf_assets.py: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"tf_assets.py: wrote {args.out}", file=sys.stderr)
     return 0
 

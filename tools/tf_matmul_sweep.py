@@ -3,8 +3,9 @@ checks that every tile gives the same bits (a tile only groups outputs; each out
 its order, so any difference is a bug). This is how the tiles in matmul.py were chosen.
 
     python3 tools/tf_matmul_sweep.py [--fp-model fma|nofma] [--out FILE.json]
+
+Exit status: 0 done; 1 a tile that gives other bits, or an --out that cannot be written; 2 a usage error.
 """
-import argparse
 import json
 import sys
 import time
@@ -19,6 +20,7 @@ from numba import cuda  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
+from tool_cli import OneLineParser, UsageError, path_arg, unwritable  # noqa: E402
 
 T, D, V = 64, 768, 50257
 # (kind, rows, cols, sum length, a's shape, b's shape, how many a GPT-2 step runs)
@@ -60,10 +62,18 @@ def time_kernel(kernel, grid, block, args, repeats=20, replays=10):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="tf_matmul_sweep.py", description=__doc__.splitlines()[0])
     ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
-    ap.add_argument("--out", help="write the table as JSON here")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
+    try:
+        args = ap.parse_args(argv)
+    except UsageError as exc:
+        print(f"tf_matmul_sweep: error: {exc}", file=sys.stderr)
+        return 2
+    problem = args.out and unwritable(args.out)
+    if problem:  # before the sweep, not after it
+        print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
+        return 1
     fused = is_fused(args.fp_model)
     rng = np.random.default_rng(0)
     results, total_chosen, total_best = [], 0.0, 0.0
@@ -102,7 +112,8 @@ def main(argv=None):
     print(f"one training step's matrix kernels: {total_chosen / 1e3:.2f} ms as chosen, "
           f"{total_best / 1e3:.2f} ms with the best tile per shape")
     if args.out:
-        Path(args.out).write_text(json.dumps({"fp_model": args.fp_model, "shapes": results,
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"fp_model": args.fp_model, "shapes": results,
                                               "step_ms_chosen": total_chosen / 1e3,
                                               "step_ms_best": total_best / 1e3}, indent=1))
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tf_assets import OneLineParser, ToolError, sha256, write_files  # noqa: E402
+from tf_assets import ToolError, check_out, sha256, write_files  # noqa: E402
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, positive_int, same_paths  # noqa: E402
 from tf_numba.assets import AssetError, config_from_header, load_data, load_enc, read_header  # noqa: E402
 from tf_numba.checkpoints import checkpoints  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, Config  # noqa: E402
@@ -192,6 +193,9 @@ def run_oracle(tf_c, assets, fp_model, input_size=INPUT_SIZE, generate=None):
 
 
 def read_tf_c(tf_c) -> str:
+    kind = not_a_file(tf_c)
+    if kind:  # a FIFO would block the read, a device never end it
+        raise ToolError(f"--tf-c {tf_c} is {kind}, not a file; pass the seed tf.c to --tf-c")
     try:
         return Path(tf_c).read_text()
     except OSError as exc:
@@ -228,32 +232,41 @@ def write_json(path, record, force):
 def parse_args(argv):
     parser = OneLineParser(prog="tf_oracle.py", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tf-c", required=True, help="the seed tf.c (read, never modified)")
-    parser.add_argument("--assets", help="folder with model.safetensors, enc, data (tools/tf_assets.py)")
+    parser.add_argument("--tf-c", required=True, type=path_arg, help="the seed tf.c (read, never modified)")
+    parser.add_argument("--assets", type=path_arg, help="folder with model.safetensors, enc, data (tools/tf_assets.py)")
     parser.add_argument("--fp-model", choices=sorted(PROFILES), default="fma", help="floating-point profile")
-    parser.add_argument("--input-size", type=int, default=INPUT_SIZE,
+    parser.add_argument("--input-size", type=positive_int, default=INPUT_SIZE,
                         help="tokens in the training step (tf.c: %(default)s; the tiny fixtures use 8)")
-    parser.add_argument("--generate", type=int, metavar="N", help="also record N greedy tokens")
-    parser.add_argument("--generate-out", help="JSON file for the generated tokens (with --generate)")
+    parser.add_argument("--generate", type=positive_int, metavar="N", help="also record N greedy tokens")
+    parser.add_argument("--generate-out", type=path_arg, help="JSON file for the generated tokens (with --generate)")
     parser.add_argument("--seed-constants", action="store_true",
                         help="write tf.c's own 39 expected sums (real GPT-2 weights) instead of running it")
-    parser.add_argument("--out", required=True, help="JSON file for the checkpoints")
+    parser.add_argument("--out", required=True, type=path_arg, help="JSON file for the checkpoints")
     parser.add_argument("--force", action="store_true", help="replace existing output files")
     args = parser.parse_args(argv)
     if (args.generate is None) != (args.generate_out is None):
         parser.error("--generate N and --generate-out FILE go together")
     if not args.seed_constants and args.assets is None:
         parser.error("--assets DIR is required (unless --seed-constants)")
+    if args.seed_constants and args.generate is not None:
+        parser.error("--generate means nothing with --seed-constants, which runs nothing: drop one")
+    same = same_paths([args.out, args.generate_out])
+    if same:  # the second write would replace the first, or fail after the whole run
+        parser.error(f"--out {same[0]} and --generate-out {same[1]} are the same file: give two files")
     return args
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except UsageError as exc:
+        print(f"tf_oracle.py: error: {exc}", file=sys.stderr)
+        return 2
     command = shlex.join(["python", "tools/tf_oracle.py", *(sys.argv[1:] if argv is None else argv)])
     try:
-        for path in (args.out, args.generate_out):
-            if path is not None and Path(path).exists() and not args.force:
-                raise ToolError(f"{path} already exists; pass --force to replace it")
+        for option, path in (("--out", args.out), ("--generate-out", args.generate_out)):
+            if path is not None:  # before the minutes of building and running tf.c
+                check_out(path.parent, [path.name], args.force, option=option)
         if args.seed_constants:
             write_json(args.out, seed_constants_record(args.tf_c, command), args.force)
             return 0

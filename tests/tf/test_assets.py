@@ -1,9 +1,16 @@
 """tools/tf_assets.py: the synthetic generator, enc and data files, safetensors layout, CLI.
 Files are read back with tf_numba.assets, the one reader the package and the tools share."""
+import contextlib
+import http.server
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -241,3 +248,113 @@ def test_heads_without_n_head_are_64_wide(tmp_path):
     without_n_head(path)
     with pytest.raises(AssetError, match="no n_head metadata.*d_model 96 is not a multiple of 64"):
         config_from_header(read_header(path)[0], path)
+
+
+def run_tool_in(cwd, *args, timeout=60):
+    """The tool in a subprocess, killed after `timeout` s: a read that never ends fails the test."""
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def test_text_refuses_a_fifo_and_a_device(tmp_path):
+    # Both were read forever (a FIFO blocks in open(), /dev/zero grows memory without end).
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    one_line(run_tool_in(tmp_path, "text", "--input", str(fifo), "--out", str(tmp_path / "a")), 1, "fifo", "a FIFO")
+    one_line(run_tool_in(tmp_path, "text", "--input", "/dev/zero", "--out", str(tmp_path / "a")), 1,
+             "/dev/zero", "a character device")
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("sizes", [["--seq", "100000"], ["--d-model", "100000000", "--heads", "1"],
+                                   ["--layers", "99999999999999999999999"]], ids=["seq", "d_model", "layers"])
+def test_synth_refuses_a_file_tf_c_cannot_address(tmp_path, sizes):
+    # A 37 GiB mask allocation, many GB written, a loop over 10**23 layers: refused from the sizes.
+    one_line(run_tool_in(tmp_path, "synth", *sizes, "--out", str(tmp_path / "a"), timeout=30), 2,
+             "atoi", f"{tf_assets.TF_C_MAX_BYTES:,}")
+    assert not (tmp_path / "a").exists()
+
+
+def test_size_bound_is_the_files_size(tmp_path):
+    cfg = Config(d_vocab=130, d_seq=16, d_model=32, n_heads=2, n_layers=3)
+    assert tf_assets.tensor_bytes(cfg) == 4 * sum(math.prod(s) for s in tensor_shapes(cfg).values())
+    write_synthetic(tmp_path, cfg, n_tokens=20)
+    header_size = len(read_header(tmp_path / "model.safetensors")[1])
+    assert (tmp_path / "model.safetensors").stat().st_size == 8 + header_size + tf_assets.tensor_bytes(cfg)
+
+
+def test_mask_rows_come_in_chunks(monkeypatch):
+    monkeypatch.setattr(tf_assets, "CHUNK", 40)  # 40 // 16 = 2 rows a chunk, and the 1-row floor below
+    for S in (16, 50):
+        chunks = list(tf_assets.tensor_chunks("h.0.attn.bias", [1, 1, S, S], TINY))
+        assert len(chunks) > 1 and b"".join(chunks) == np.tril(np.ones((S, S), dtype=np.float32)).tobytes()
+
+
+def test_synth_refuses_an_empty_out(tmp_path):
+    # Path('') is the current folder: the files landed wherever the command ran.
+    one_line(run_tool_in(tmp_path, "synth", "--preset", "tiny", "--out", ""), 2, "--out", "empty")
+    one_line(run_tool_in(tmp_path, "text", "--input", "x.txt", "--out", ""), 2, "--out", "empty")
+    assert not any(tmp_path.iterdir())
+
+
+def test_synth_refuses_more_than_the_free_space(tmp_path, monkeypatch):
+    monkeypatch.setattr(tf_assets.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
+    with pytest.raises(ToolError, match="bytes but .* has 1,000 free; free some space or pick another --out"):
+        write_synthetic(tmp_path / "a", TINY)
+    assert not (tmp_path / "a").exists()
+
+
+def test_download_stops_past_the_expected_size(tmp_path):
+    blocks = []
+
+    def endless():  # what /dev/zero or a wrong URL sends
+        while len(blocks) < 1000:
+            blocks.append(b"\0" * 4)
+            yield blocks[-1]
+        raise AssertionError("read on past the expected size")
+
+    with pytest.raises(ToolError, match="over 10 bytes"):
+        tf_assets.write_files(tmp_path, {"model.safetensors": endless}, False, expect_size=10)
+    assert len(blocks) == 3 and not any(tmp_path.iterdir())
+
+
+def test_download_refuses_a_device_or_fifo_url(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for url, kind in (("file:///dev/zero", "a character device"), (fifo.as_uri(), "a FIFO")):
+        one_line(run_tool_in(tmp_path, "download", "--out", str(tmp_path / "a"), "--url", url, timeout=30), 1, kind)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+class EndlessBody(http.server.BaseHTTPRequestHandler):
+    """A server that sends bytes slowly and never ends, so that a download is cut short."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(10_000):
+                self.wfile.write(b"\0" * 65536)
+                time.sleep(0.01)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_sigterm_removes_the_temporary_file(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndlessBody)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "a"
+        proc = subprocess.Popen([sys.executable, TOOL, "download", "--out", str(out), "--url",
+                                 f"http://127.0.0.1:{server.server_address[1]}/model.safetensors"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not (out.is_dir() and any(out.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.is_dir() and any(out.iterdir()), "the download never started"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not out.exists()  # its temporary file, then the folder it made
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,7 +1,10 @@
 """tools/tf_oracle.py and its fixtures: tf.c, rebuilt here, must reproduce them bit for bit."""
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,7 @@ import tf_oracle
 from tf_assets import ToolError
 from tf_numba.checkpoints import checkpoints
 from tf_numba.config import GPT2, TINY, Config
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 SUMS = {name: FIXTURES / f"tf_oracle_{name}.json" for name in ("tiny_fma", "tiny_nofma", "gpt2_fma", "gpt2_nofma")}
 C_HEX = re.compile(r"^-?0x[01](\.[0-9a-f]*[1-9a-f])?p[-+]\d+$")  # C's %a: no trailing zeros
@@ -119,4 +122,55 @@ def test_bad_assets_are_read_by_tf_numba(tiny_assets, tmp_path, capsys):
     (tmp_path / "assets" / "model.safetensors").unlink()
     (tmp_path / "assets" / "model.safetensors").mkdir()
     one_line_error(capsys, 1, argv, "model.safetensors", "Is a directory")
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_the_same_file_for_both_outputs_is_refused(tiny_assets, tmp_path, capsys):
+    # It ran tf.c twice and failed on the second write; with --force the checkpoints were replaced.
+    (tmp_path / "link").symlink_to(tmp_path, target_is_directory=True)
+    base = ["--tf-c", str(tmp_path / "none.c"), "--assets", str(tiny_assets), "--generate", "4"]
+    for force in ([], ["--force"]):
+        for other in (tmp_path / "o.json", tmp_path / "link" / "o.json", tmp_path / "sub" / ".." / "o.json"):
+            argv = base + ["--out", str(tmp_path / "o.json"), "--generate-out", str(other), *force]
+            one_line_error(capsys, 2, argv, "--generate-out", "same file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link"]
+
+
+def test_every_output_is_checked_before_any_work(tiny_assets, tmp_path, capsys):
+    # Checked before tf.c is read (none.c does not exist), and before minutes of clang and tf.c.
+    (tmp_path / "file").write_text("user file")
+    (tmp_path / "folder").mkdir()
+    base = ["--tf-c", str(tmp_path / "none.c"), "--assets", str(tiny_assets), "--force"]
+    one_line_error(capsys, 1, base + ["--out", str(tmp_path / "file" / "o.json")], "file is a file", "--out")
+    one_line_error(capsys, 1, base + ["--out", str(tmp_path / "folder")], "it is a folder", "--out")
+    one_line_error(capsys, 1, base + ["--out", str(tmp_path / "o.json"), "--generate", "4",
+                                      "--generate-out", str(tmp_path / "file" / "g.json")], "--generate-out")
+    assert not (tmp_path / "o.json").exists() and (tmp_path / "file").read_text() == "user file"
+
+
+def test_empty_paths_and_counts_are_usage_errors(tiny_assets, tmp_path, capsys):
+    good = ["--tf-c", "x.c", "--assets", str(tiny_assets)]
+    one_line_error(capsys, 2, good + ["--out", ""], "--out", "empty")  # Path('') is the current folder
+    one_line_error(capsys, 2, ["--tf-c", "", "--assets", str(tiny_assets), "--out", "o.json"], "--tf-c", "empty")
+    one_line_error(capsys, 2, good + ["--out", "o.json", "--input-size", "0"], "--input-size", "positive")
+    one_line_error(capsys, 2, good + ["--out", "o.json", "--generate", "-1", "--generate-out", "g.json"],
+                   "--generate", "positive")
+    one_line_error(capsys, 2, ["--tf-c", "x.c", "--seed-constants", "--out", "o.json", "--generate", "4",
+                               "--generate-out", "g.json"], "--seed-constants")
+
+
+def test_a_fifo_tf_c_or_data_is_refused(tiny_assets, tmp_path):
+    # Both blocked in open() for ever: in a subprocess, so that a hang fails the test.
+    os.mkfifo(tmp_path / "fifo.c")
+    shutil.copytree(tiny_assets, tmp_path / "assets")
+    (tmp_path / "assets" / "data").unlink()
+    os.mkfifo(tmp_path / "assets" / "data")
+    (tmp_path / "tf.c").write_text("/* not read this far */")
+    for tf_c, assets, name in ((tmp_path / "fifo.c", tiny_assets, "fifo.c"), (tmp_path / "tf.c", tmp_path / "assets",
+                                                                              "data")):
+        done = subprocess.run([sys.executable, str(ROOT / "tools" / "tf_oracle.py"), "--tf-c", str(tf_c),
+                               "--assets", str(assets), "--out", str(tmp_path / "o.json")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("tf_oracle.py: error: ") and name in done.stderr and "FIFO" in done.stderr
     assert not (tmp_path / "o.json").exists()

@@ -40,3 +40,35 @@ def test_earlier_results_are_kept(entries, tmp_path, capsys):
     assert bench.main(["b_fine", "--out", str(tmp_path)]) == 1
     assert (tmp_path / "bench_b_fine.json").read_text() == "earlier" and entries == []
     assert "already holds bench_b_fine results; pass a new --out folder" in capsys.readouterr().err
+
+
+def one_line(capsys, argv, code, *words):
+    assert bench.main(argv) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bench: ") and "Traceback" not in err, err
+    for word in words:
+        assert word in err, err
+
+
+def test_an_out_that_cannot_be_a_folder_is_one_line(entries, tmp_path, capsys):
+    # NotADirectoryError and FileExistsError tracebacks, before any entry ran.
+    (tmp_path / "file").write_text("user file")
+    one_line(capsys, ["b_fine", "--out", str(tmp_path / "file" / "sub")], 1, "--out", "file/sub")
+    one_line(capsys, ["b_fine", "--out", str(tmp_path / "file")], 1, "--out", "not a folder")
+    assert entries == [] and (tmp_path / "file").read_text() == "user file"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["bogus"], ["invalid choice", "bench.py --help"]),  # argparse's five lines of usage before
+    (["b_fine", "--steps", "-5"], ["--steps", "positive"]),
+    (["b_fine", "--repeat", "0"], ["--repeat", "positive"]),
+    (["b_fine", "--steps", "10", "10"], ["--steps", "twice"]),  # a zero division in the marginal rate
+    (["b_fine", "--engines", "turbo"], ["--engines", "invalid choice"]),
+    (["b_fine", "--peers", "eager,bogus"], ["--peers", "bogus"]),
+    (["b_fine", "--out", ""], ["--out", "empty"]),
+    (["b_fine", "--assets", ""], ["--assets", "empty"]),
+])
+def test_usage_errors_are_one_line_exit_2(entries, tmp_path, capsys, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    one_line(capsys, argv, 2, "bench: error: ", *words)
+    assert entries == [] and not any(tmp_path.iterdir())

@@ -6,9 +6,11 @@ input gives one line. The real comparison with microgpt.cu needs a GPU: the fore
 The simulator starts a thread per CUDA thread, so a step of two positions takes 7-15 s on two
 cores: the module traces one run of two steps, which the tests marked slow share.
 """
+import os
 import re
 import shutil
 import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -16,7 +18,7 @@ import pytest
 
 import microgpt_trace as mt
 from cudakit.gpu import unavailable_reason
-from tests.conftest import SHARED
+from tests.conftest import ROOT, SHARED
 
 SEED = SHARED / "seeds" / "microgpt.cu"
 
@@ -221,3 +223,34 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, capsys):
     assert err.startswith("microgpt_trace.py: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert {"truncated": "truncated", "magic": "not a microgpt trace", "missing trace": "cannot read trace",
             "missing seed": "cannot read the seed", "steps": "A:B"}[case] in err
+
+
+def small_trace(path):
+    writer = mt.TraceWriter(path, 3, 1, (4, 2, 1))
+    writer.state(0, np.float32(1.5), np.zeros(4, dtype=np.float32))
+    writer.close()
+    return path
+
+
+def test_a_fifo_or_a_device_is_refused(tmp_path):
+    # open() of a FIFO blocked for ever: in a subprocess, so that a hang fails the test.
+    os.mkfifo(tmp_path / "fifo")
+    for argv, kind in ((["fit", str(tmp_path / "fifo")], "a FIFO"), (["compare", "/dev/zero", "/dev/zero"],
+                                                                      "a character device"),
+                       (["patch", "--seed", str(tmp_path / "fifo"), "--out", str(tmp_path / "x.cu")], "a FIFO")):
+        done = subprocess.run([sys.executable, str(ROOT / "tools" / "microgpt_trace.py"), *argv], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and kind in done.stderr, done.stderr
+    assert not (tmp_path / "x.cu").exists()
+
+
+def test_out_paths_are_checked_first(tmp_path, capsys):
+    bad = small_trace(tmp_path / "t.trace")
+    (tmp_path / "file").write_text("user file")
+    # Path('') is the current folder; a file above --out failed only after the work, with exit 1.
+    assert mt.main(["fit", str(bad), "--out", ""]) == 2
+    assert mt.main(["fit", str(bad), "--out", str(tmp_path / "file" / "fit.json")]) == 2
+    assert mt.main(["ours", "--input", str(tmp_path / "none.txt"), "--steps", "0", "--out", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("microgpt_trace.py: error: ") for line in err), err
+    assert "empty" in err[0] and "file is a file" in err[1] and "positive integer" in err[2]

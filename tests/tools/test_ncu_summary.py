@@ -1,5 +1,6 @@
 """tools/ncu_summary.py groups Nsight Compute's per-launch CSV rows by kernel name. The rows below
 have the columns and the name forms ncu wrote for this project's kernels on the H200."""
+import os
 import subprocess
 import sys
 
@@ -37,3 +38,40 @@ def test_rejects_a_file_without_metric_rows(tmp_path):
                             text=True)
     assert result.returncode != 0 and "holds no ncu CSV metric rows" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def summary(*args):
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "ncu_summary.py"), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def one_line(done, code, *words):
+    assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("ncu_summary: ") and "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+
+
+def test_a_fifo_or_a_device_is_refused(tmp_path):
+    # A FIFO blocked the read for ever, /dev/zero (no newline) filled memory.
+    os.mkfifo(tmp_path / "fifo")
+    one_line(summary(str(tmp_path / "fifo")), 1, "a FIFO")
+    one_line(summary("/dev/zero"), 1, "a character device")
+
+
+def test_bad_csvs_are_one_line(tmp_path):
+    cases = {
+        "binary.csv": (b'"\xff\xfe\x00' * 100, "not ncu's CSV"),
+        "field.csv": ((HEADER + "\n" + row(0, "k" * 200_000, "1") + "\n").encode(), "field limit"),
+        "value.csv": ((HEADER + "\n" + row(0, "tf_ln", "n/a") + "\n").encode(), "'n/a' is not a number"),
+        "columns.csv": (b'"ID","Metric Value"\n"0","1"\n', "no ncu CSV metric rows"),
+    }
+    for name, (content, words) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        one_line(summary(str(tmp_path / name)), 1, name, words)
+
+
+def test_usage_errors_are_one_line_exit_2(tmp_path):
+    one_line(summary(), 2, "ncu_summary: error: ", "csv", "--help")
+    one_line(summary("a.csv", "b.csv"), 2, "unrecognized arguments")
+    one_line(summary(""), 2, "empty")

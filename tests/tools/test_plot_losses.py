@@ -2,6 +2,8 @@
 draws a PNG when matplotlib is there, never replaces a picture without --force, and says in one
 line what is wrong. tools/bench.py's microgpt entry saves the picture, or notes why not."""
 import importlib.util
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 
 import bench
 import plot_losses
+from tests.conftest import ROOT
 
 LOSSES = [np.float32(x) for x in (3.2389, 3.11241, 2.9)]
 
@@ -123,3 +126,34 @@ def test_bench_saves_the_picture_or_notes_why_not(tmp_path, stdout_log, capsys):
     assert plots == {"3": "losses_3.png"} and (tmp_path / "losses_3.png").read_bytes()[:4] == b"\x89PNG"
     assert "![losses](losses_3.png)" in bench.microgpt_markdown({"nvcc": "nvcc", "nvcc_s": 1, "runs": {},
                                                                  "loss_plots": plots})
+
+
+def test_a_fifo_or_a_device_is_refused(tmp_path, csv_log):
+    # A FIFO blocked the read (or, as -o, the write) for ever and /dev/zero filled memory: in a
+    # subprocess, so that a hang fails the test.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args, kind in (([str(fifo), "-o", str(tmp_path / "x.png")], "a FIFO"),
+                       (["/dev/zero", "-o", str(tmp_path / "x.png")], "a character device"),
+                       ([str(csv_log), "-o", str(fifo), "--force"], "a FIFO")):
+        done = subprocess.run([sys.executable, str(ROOT / "tools" / "plot_losses.py"), *args], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and kind in done.stderr, done.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_csv_field_over_the_csv_limit_is_one_line(tmp_path, capsys):
+    path = tmp_path / "big.csv"
+    path.write_text("step,loss\n1," + "9" * 200_000 + "\n")
+    assert plot_losses.main([str(path), "-o", str(tmp_path / "x.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "big.csv" in err and "line 2" in err and "field limit" in err, err
+
+
+def test_paths_are_checked_before_the_logs_are_read(tmp_path, csv_log, capsys):
+    (tmp_path / "file").write_text("user file")
+    assert plot_losses.main([str(csv_log), "-o", ""]) == 2  # Path('') is the current folder
+    assert plot_losses.main([str(csv_log), "-o", str(tmp_path / "file" / "x.png")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("plot_losses: error: ") for line in err)
+    assert "empty" in err[0] and "file is a file" in err[1]

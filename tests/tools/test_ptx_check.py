@@ -27,3 +27,24 @@ def test_large_block_kernels_fit_their_blocks():
                             env=env, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1] == "ok"
+
+
+def run_ptx_check(*args, **env):
+    """ptx_check.py outside the simulator (it refuses that first), with env's changes."""
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "ptx_check.py"), *args], capture_output=True,
+                          text=True, env={**environ, **env}, timeout=120)
+
+
+def test_a_missing_toolkit_is_one_line():
+    # A 29-line FileNotFoundError from inside Numba, before.
+    done = run_ptx_check(CUDA_HOME="/nonexistent")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "CUDA_HOME=/nonexistent" in done.stderr and "/nonexistent/bin/ptxas" in done.stderr
+    assert done.stdout == ""
+
+
+def test_an_unknown_option_is_a_usage_error():
+    done = run_ptx_check("--bogus", CUDA_HOME="/nonexistent", NUMBA_ENABLE_CUDASIM="1")  # nothing compiles
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("ptx_check: error: ") and "--bogus" in done.stderr
