@@ -1,11 +1,13 @@
-"""CUDA plumbing that both ports use, the way llm.c keeps its shared `llmc/` headers.
+"""The plumbing both ports use, most of it CUDA's, the way llm.c keeps its shared `llmc/` headers.
 
 - `devmath`: float32 device arithmetic whose bits are the same on the GPU and in Numba's CUDA
   simulator (separate roundings, fused multiply-add), and libdevice's functions with simulator
   stand-ins;
 - `stream`: where launches go (the default stream, or a CUDA graph being recorded, with branches
   beside it) and recording a graph;
-- `gpu`: whether kernels can run here, and the Numba warnings a user should not see;
+- `gpu`: whether kernels can run here, what a failing GPU raises, and the Numba warnings a user
+  should not see;
+- `files`: whether an input path is a FIFO or a device (which a read would wait on, or never end);
 - `simulator`: a fix for a race in Numba's CUDA simulator, installed when `devmath` (which every
   kernel module imports) is imported with the simulator on.
 

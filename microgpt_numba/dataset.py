@@ -5,10 +5,11 @@ are dropped. The C keeps lines as C strings, so a document ends at its first NUL
 The vocabulary is the set of bytes seen, in ascending order; BOS is the id after them.
 """
 import os
-import stat
 from importlib import resources
 
 import numpy as np
+
+from cudakit.files import special_file
 
 from .constants import BLOCK_SIZE
 
@@ -53,14 +54,10 @@ def shown_path(path):
 
 def read_input(path):
     shown = shown_path(path)
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = None  # open() says why
-    # a FIFO would block the read, a device such as /dev/zero never end it (a folder: open() says so)
-    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise InputError(f"input file {shown} is a FIFO, device or socket, not a file; give --input a regular "
-                         "text file, one document per line")
+    kind = special_file(path)
+    if kind:
+        raise InputError(f"input file {shown} is {kind}, not a file; give --input a regular text file, one "
+                         "document per line")
     try:
         with open(path, "rb") as f:
             data = f.read()

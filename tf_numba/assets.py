@@ -10,10 +10,11 @@ import json
 import math
 import os
 import re
-import stat
 import struct
 
 import numpy as np
+
+from cudakit.files import special_file
 
 from .config import Config
 
@@ -36,20 +37,6 @@ def excerpt(value, limit=60) -> str:
     """A JSON value as a short one-line excerpt, for messages."""
     text = json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def special_file(path):
-    """What path is when it is a FIFO, a device or a socket (which would block a read or never end
-    it), else None; symlinks are followed."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None  # open() says why
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return None
 
 
 @contextlib.contextmanager

@@ -5,8 +5,11 @@ The tools import this by file name (tools/ is on sys.path for a script there, an
 """
 import argparse
 import os
-import stat
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's packages, installed or not
+from cudakit.files import special_file  # noqa: E402
 
 
 class UsageError(Exception):
@@ -41,21 +44,13 @@ def positive_int(text):
     return value
 
 
-KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def not_a_file(path):
-    """What path is when it exists but is not a regular file ('a FIFO', 'a character device', ...),
-    else None; symlinks are followed. Checked before opening: a FIFO blocks open() until a writer
-    comes, and /dev/zero never ends. A missing or unreadable path is None: open() says why."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in KINDS if test(mode)), "not a regular file")
+    """What path is when it exists but is not a regular file ('a folder', 'a FIFO', 'a character
+    device', ...), else None; symlinks are followed. A missing or unreadable path is None: open()
+    says why."""
+    if os.path.isdir(path):
+        return "a folder"
+    return special_file(path)
 
 
 def same_paths(paths):

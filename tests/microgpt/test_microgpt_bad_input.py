@@ -280,7 +280,8 @@ def test_input_that_is_not_a_file(capsys, tmp_path, kind):
         os.mkfifo(path)
     else:
         path.symlink_to("/dev/zero")
-    one_line_error(capsys, ["--input", str(path)], 1, "is a FIFO, device or socket, not a file", "regular text file")
+    one_line_error(capsys, ["--input", str(path)], 1, "is a FIFO" if kind == "fifo" else "is a character device",
+                   "not a file", "regular text file")
 
 
 def test_stdout_closed():
