@@ -152,11 +152,11 @@ def generate_text(args, cfg, tensors, data, enc):
         prompt = [int(t) for t in data[:prompt_size(len(data), cfg.d_seq, n)]]
     sampler = Sampler(args.temperature, args.top_k, args.seed or 0) if args.temperature else None
     m = TFModel(cfg, tensors, args.fp_model or "fma")
-    say_compiling()
     out = sys.stdout.buffer
     for t in prompt:
         out.write(enc[t])
-    out.flush()
+    out.flush()  # first: a stdout that cannot be written fails before the compile note
+    say_compiling()
 
     def emit(token):
         out.write(enc[token])
