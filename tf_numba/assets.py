@@ -219,23 +219,23 @@ def load_model(path):
 
 def load_enc(path, d_vocab):
     """tf.c's decoder: a list of the byte string of every token id."""
-    with opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
-        raw = f.read()
     table_size = d_vocab * 8
-    if len(raw) <= table_size:
-        raise AssetError(
-            f"{path} has {len(raw)} bytes, too few for {d_vocab} (offset, size) pairs and their bytes: "
-            f"make it again for this vocabulary"
-        )
-    items = np.frombuffer(raw[:table_size], dtype="<u4").reshape(d_vocab, 2)
-    text = raw[table_size:]
-    if np.any(items[:, 1] == 0):
-        raise AssetError(f"{path}: token {int(np.argmin(items[:, 1]))} is empty: make the file again")
-    if int(items[-1, 0]) + int(items[-1, 1]) != len(text):
-        raise AssetError(
-            f"{path} has the wrong size: its last token ends at {int(items[-1, 0]) + int(items[-1, 1])} "
-            f"but there are {len(text)} bytes of text: make it again for this vocabulary"
-        )
+    with opened(path, f"{path} not found: make it with `python tools/tf_assets.py text` or `synth`") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= table_size:
+            raise AssetError(
+                f"{path} has {size} bytes, too few for {d_vocab} (offset, size) pairs and their bytes: "
+                f"make it again for this vocabulary"
+            )
+        items = np.frombuffer(f.read(table_size), dtype="<u4").reshape(d_vocab, 2)
+        if np.any(items[:, 1] == 0):
+            raise AssetError(f"{path}: token {int(np.argmin(items[:, 1]))} is empty: make the file again")
+        if int(items[-1, 0]) + int(items[-1, 1]) != size - table_size:  # checked before the text is read
+            raise AssetError(
+                f"{path} has the wrong size: its last token ends at {int(items[-1, 0]) + int(items[-1, 1])} "
+                f"but there are {size - table_size} bytes of text: make it again for this vocabulary"
+            )
+        text = f.read()
     if np.any(items[:, 0].astype(np.int64) + items[:, 1] > len(text)):
         raise AssetError(f"{path}: a token runs past the end of the file: make it again")
     return [text[o : o + s] for o, s in items.tolist()]

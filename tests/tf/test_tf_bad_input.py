@@ -91,6 +91,13 @@ def test_enc_wrong_size(capsys, bad):
     one_line_error(capsys, ["--assets", str(bad)], "enc", "wrong size")
 
 
+def test_enc_of_a_terabyte_is_refused_unread(capsys, bad):
+    """The size is checked against the token table before the text is read (a sparse file: reading
+    it would need a terabyte of memory)."""
+    os.truncate(bad / "enc", 1 << 40)
+    one_line_error(capsys, ["--assets", str(bad)], "enc", "wrong size", f"{(1 << 40) - 96 * 8} bytes of text")
+
+
 def test_enc_empty_token(capsys, bad):
     p = bad / "enc"
     raw = bytearray(p.read_bytes())
