@@ -1,4 +1,5 @@
-"""Whether kernels can run here, what a failing GPU raises, and keeping Numba's advice to kernel writers off a user's terminal."""
+"""Whether kernels can run here, what a failing GPU raises, and keeping Numba's advice to kernel
+writers off a user's terminal."""
 import importlib
 import os
 import warnings

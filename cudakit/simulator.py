@@ -1,4 +1,4 @@
-"""A fix for Numba's CUDA simulator, installed on import of cudakit when the simulator is on.
+"""A fix for Numba's CUDA simulator, installed when cudakit.devmath is imported with the simulator on.
 
 The simulator runs each thread of a block as a Python thread. `cuda.shared.array(shape, dtype)`
 finds a block's static shared array by the file and line that declare it, and creates it on the
@@ -46,4 +46,3 @@ def install():
 
     array.unlocked = unlocked  # the simulator's own, which tests/test_cudakit.py shows racing
     FakeCUDAShared.array = array
-

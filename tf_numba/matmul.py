@@ -81,13 +81,19 @@ def row_s_max(S):
     return 1 << max(S - 1, 1).bit_length()
 
 
+def row_buffer(tile):
+    """(columns, floats) of each of build_row's two chunk buffers: a spare column, so that the
+    transposed stores of the unembedding hit distinct banks."""
+    return tile.BN + 1, tile.KC * (tile.BN + 1)
+
+
 def row_tile_for(n_cols, s_max):
     """Enough blocks to reach every multiprocessor at GPT-2's widths: 8 outputs a block for 768
     (96 blocks), 16 up to 4 x 768 (144-192), 32 for the vocabulary. Where the input row (s_max
     floats) and the two chunk buffers would pass a block's shared memory (d_model over 1024),
     the chunks get shorter: a chunk is only what is staged at a time, the sum's order is the same."""
     tile = ROW_NARROW if n_cols <= 1024 else ROW_MID if n_cols <= 4096 else ROW_WIDE
-    while 4 * (s_max + 2 * tile.KC * (tile.BN + 1)) > ROW_SHARED_BYTES and tile.KC > 1:
+    while 4 * (s_max + 2 * row_buffer(tile)[1]) > ROW_SHARED_BYTES and tile.KC > 1:
         tile = tile._replace(KC=tile.KC // 2)
     return tile
 
@@ -241,8 +247,7 @@ def build_row(name, tile, fused, s_max):
     """The one-row kernel for a ROW_KINDS kind, for sums of at most s_max steps."""
     b_by_output = KINDS[name].b_by_output
     BN, KC, NT = tile
-    B_COLS = BN + 1  # a spare column: the transposed stores of the unembedding hit distinct banks
-    BUF = KC * B_COLS  # a constant: shared array shapes must be literals to the GPU compiler
+    B_COLS, BUF = row_buffer(tile)  # constants: shared array shapes must be literals to the GPU compiler
     LOADS = -(-KC * BN // NT)
 
     @cuda.jit(device=True)
