@@ -14,7 +14,7 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     only, in every layer: the decode step. Every earlier row is in the activations arena from
     the passes before, and each of the row's sums runs in the order the full pass runs it, so
     its bits are the full pass's; T then only bounds the keys attention may read. softmax=False
-    leaves the unembedded row as logits (sampling reads them)."""
+    leaves the unembedded row as logits (greedy generation's argmax reads them)."""
     cfg, p, a, fused = m.cfg, m.parameters, m.activations, m.fused
     D, H, V, d_k = cfg.d_model, cfg.n_heads, cfg.d_vocab, cfg.d_k
     rows, n = (m.rows(T), T) if rows is None else (rows, 1)
@@ -48,13 +48,12 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         if first:
             validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)
 
+        # each product's next statement (tf_add, tf_gelu) runs as its epilogue (launch.matmul)
         launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, n,
-                      fused)
+                      fused, epilogue="add", res=layer_in, extra=x.res_1.out)
         validation.time("attn.c_proj")
         if first:
             validation.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)
-
-        launch.elementwise(K.tf_add, n * D, layer_in, x.attn.c_proj.out, x.res_1.out, rows, n)
         validation.time("res_1")
 
         launch.ln(w.ln_2.weight, w.ln_2.bias, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, x.ln_2.out, rows, n, fused)
@@ -62,19 +61,16 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         if first:
             validation.sum("forward.h0.ln_2", x.ln_2.out, T * D)
 
-        launch.matmul("tf_fc", x.ln_2.out, w.mlp.c_fc.weight, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, n, fused)
+        launch.matmul("tf_fc", x.ln_2.out, w.mlp.c_fc.weight, w.mlp.c_fc.bias, x.mlp.c_fc.out, rows, n, fused,
+                      epilogue="gelu", extra=x.mlp.gelu.out)
         validation.time("mlp.c_fc")
-
-        launch.elementwise(K.tf_gelu, n * 4 * D, x.mlp.c_fc.out, x.mlp.gelu.out, rows, n)
         validation.time("mlp.gelu")
 
         launch.matmul("tf_fc", x.mlp.gelu.out, w.mlp.c_proj.weight, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, n,
-                      fused)
+                      fused, epilogue="add", res=x.res_1.out, extra=x.res_2.out)
         validation.time("mlp.c_proj")
         if first:
             validation.sum("forward.h0.mlp.c_proj", x.mlp.c_proj.out, T * D)
-
-        launch.elementwise(K.tf_add, n * D, x.res_1.out, x.mlp.c_proj.out, x.res_2.out, rows, n)
         validation.time("res_2")
 
     last = a.h[cfg.n_layers - 1].res_2.out

@@ -67,22 +67,32 @@ class Passes:
             self.stream.sync()
 
 
-def argmax(m):
+def argmax(m, logits=False):
     """The next token: the first maximum of the last row's softmax, written to m.tokens; m.last_rows
-    advances by one."""
-    launch.blocks(K.tf_argmax, 1, K.ARGMAX_THREADS, 0, m.activations.unembedding.out, m.last_rows, m.tokens)
+    advances by one. With `logits` the row holds the logits and tf_argmax_logits finds the same
+    token without the softmax."""
+    kernel = K.tf_argmax_logits if logits else K.tf_argmax
+    launch.blocks(kernel, 1, K.ARGMAX_THREADS, 0, m.activations.unembedding.out, m.last_rows, m.tokens)
 
 
 def recompute_pass(m, rows, greedy):
+    """tf.c's pass: every row, the last row's softmax, its first maximum."""
     forward(m, rows, last_only=True)
     if greedy:
         argmax(m)
 
 
-def decode_step(m, greedy):
-    forward(m, m.cfg.d_seq, last_only=True, rows=m.last_rows)
+def prefill(m, rows, greedy):
+    """The decoder's first pass: tf.c's over the prompt; greedy, it leaves the last row's logits."""
+    forward(m, rows, last_only=True, softmax=not greedy)
     if greedy:
-        argmax(m)
+        argmax(m, logits=True)
+
+
+def decode_step(m, greedy):
+    forward(m, m.cfg.d_seq, last_only=True, rows=m.last_rows, softmax=not greedy)
+    if greedy:
+        argmax(m, logits=True)
 
 
 class Sampler:
@@ -136,10 +146,11 @@ def generate(m, prompt, n_tokens, emit=None, recompute=False, sampler=None):
             emit(token)
 
     def next_pass(t):  # the pass that makes token t + 1 from the tokens up to t
-        if recompute or t == T - 1:
-            rows = min(-(-(t + 1) // BUCKET) * BUCKET, m.cfg.d_seq) if recompute else T
-            passes.queue(("recompute" if recompute else "prefill", rows, greedy),
-                         lambda: recompute_pass(m, rows, greedy))
+        if recompute:
+            rows = min(-(-(t + 1) // BUCKET) * BUCKET, m.cfg.d_seq)
+            passes.queue(("recompute", rows, greedy), lambda: recompute_pass(m, rows, greedy))
+        elif t == T - 1:
+            passes.queue(("prefill", T, greedy), lambda: prefill(m, T, greedy))
         else:
             passes.queue(("decode", greedy), lambda: decode_step(m, greedy))
 

@@ -132,6 +132,7 @@ ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
+LN_PER_THREAD = -(-LN_D_MAX // LN_THREADS)  # the features a tf_ln thread owns
 
 
 @cuda.jit(device=True)
@@ -201,41 +202,85 @@ def sequential_mad(total, x, y, n, scale, scaled, fused):
     return total
 
 
+STAGED_UNROLL = np.uint64(32)  # steps of a staged sum between loop tests
+
+
+@cuda.jit(device=True)
+def staged_sum(total, buf, base, n):
+    """total + buf[base] + buf[base + 1] + ... (n values) in order, in float32: a row staged in
+    shared memory. STAGED_UNROLL steps have constant offsets from one address (unsigned, so
+    without Numba's negative-index fix-up): each step is one load and one add, and the loads go
+    out ahead of the chain."""
+    k = np.uint64(0)
+    n = np.uint64(n)
+    while k + STAGED_UNROLL <= n:
+        for u in range(STAGED_UNROLL):
+            total += buf[base + k + np.uint64(u)]
+        k += STAGED_UNROLL
+    while k < n:
+        total += buf[base + k]
+        k += np.uint64(1)
+    return total
+
+
+@cuda.jit(device=True)
+def staged_mad(total, x, x0, y, y0, n, fused):
+    """total + x[x0 + k] * y[y0 + k] for k < n ascending (mad: fused or not), as staged_sum."""
+    k = np.uint64(0)
+    n = np.uint64(n)
+    while k + STAGED_UNROLL <= n:
+        for u in range(STAGED_UNROLL):
+            total = mad(fused, x[x0 + k + np.uint64(u)], y[y0 + k + np.uint64(u)], total)
+        k += STAGED_UNROLL
+    while k < n:
+        total = mad(fused, x[x0 + k], y[y0 + k], total)
+        k += np.uint64(1)
+    return total
+
+
 @cuda.jit
 def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
     """Layer norm, one block per sample from rows[0]: the block stages the row in shared memory,
     one thread sums it in tf.c's order (mean, then squared differences), every thread writes
-    outputs."""
+    outputs. Each thread loads its features' weights and biases at the start, so that their
+    latency hides behind the two sums."""
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     D = inp.shape[1]
     row = cuda.shared.array(LN_STAGED, np.float32)  # D values, then the D differences
     stats = cuda.shared.array(2, np.float32)
-    for k in range(t, D, LN_THREADS):
-        row[k] = inp[i, k]
+    w = cuda.local.array(LN_PER_THREAD, np.float32)
+    b = cuda.local.array(LN_PER_THREAD, np.float32)
+    for r in range(LN_PER_THREAD):
+        k = t + r * LN_THREADS
+        if k < D:
+            row[k] = inp[i, k]
+            w[r] = weight[k]
+            b[r] = bias[k]
     cuda.syncthreads()
     if t == 0:
-        m = sequential_sum(ZERO, row, D) / f32(D)
-        stats[0] = m
+        stats[0] = staged_sum(ZERO, row, np.uint64(0), D) / f32(D)
     cuda.syncthreads()
     m = stats[0]
-    for k in range(t, D, LN_THREADS):
-        row[D + k] = row[k] - m
+    for r in range(LN_PER_THREAD):
+        k = t + r * LN_THREADS
+        if k < D:
+            row[D + k] = row[k] - m
     cuda.syncthreads()
     if t == 0:
-        diff = row[D:]
-        variance = sequential_mad(ZERO, diff, diff, D, ONE, False, fused) / f32(D)
-        r = ONE / sqrtf(variance + EPS)
-        stats[1] = r
+        diff = np.uint64(D)
+        variance = staged_mad(ZERO, row, diff, row, diff, D, fused) / f32(D)
+        r_s = ONE / sqrtf(variance + EPS)
+        stats[1] = r_s
         mean[i] = m
-        r_std[i] = r
+        r_std[i] = r_s
     cuda.syncthreads()
-    r = stats[1]
-    for k in range(t, D, LN_THREADS):
-        n = mul(row[D + k], r)
-        out[i, k] = mad(fused, n, weight[k], bias[k])
-
-
+    r_s = stats[1]
+    for r in range(LN_PER_THREAD):
+        k = t + r * LN_THREADS
+        if k < D:
+            n = mul(row[D + k], r_s)
+            out[i, k] = mad(fused, n, w[r], b[r])
 
 
 @cuda.jit
@@ -261,9 +306,9 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         staged[D + k] = mul(inp[i, k] - m, r)
     cuda.syncthreads()
     if t == 0:
-        partial[0] = sequential_sum(ZERO, staged[:D], D) / f32(D)
+        partial[0] = staged_sum(ZERO, staged, np.uint64(0), D) / f32(D)
     if t == LN_BACK_THREADS - 1:
-        partial[1] = sequential_mad(ZERO, staged[:D], staged[D:], D, ONE, False, fused) / f32(D)
+        partial[1] = staged_mad(ZERO, staged, np.uint64(0), staged, np.uint64(D), D, fused) / f32(D)
     cuda.syncthreads()
     mean_partial, var_partial = partial[0], partial[1]
     for k in range(t, D, LN_BACK_THREADS):
@@ -334,7 +379,7 @@ def tf_attn_softmax(softmax, rows, n):
         exps[k] = expf(row[k] - softmax_max)
     cuda.syncthreads()  # also: every lane has read part before lane 0 reuses it
     if lane == 0:
-        part[0] = ONE / sequential_sum(ZERO, exps, n)
+        part[0] = ONE / staged_sum(ZERO, exps, np.uint64(0), n)
     cuda.syncthreads()
     r_softmax_sum = part[0]
     for k in range(lane, n, ATTN_LANES):
@@ -353,15 +398,20 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
         z[q_i, c] = sequential_mad(ZERO, softmax[h, q_i, :n], c_attn[:n, 2 * D + c], n, ONE, False, fused)
 
 
+@cuda.jit(device=True)
+def gelu(x):
+    """tf_gelu's element: x * phi(x), phi = 0.5f * (1.0f + erff(x * M_SQRT1_2))."""
+    phi = mul(HALF, ONE + erff(mul(x, SQRT1_2)))
+    return mul(x, phi)
+
+
 @cuda.jit
 def tf_gelu(inp, out, rows, n):
     N = out.shape[1]
     first = rows[0]
     for idx in range(cuda.grid(1), n * N, cuda.gridsize(1)):
         i, k = first + idx // N, idx % N
-        x = inp[i, k]
-        phi = mul(HALF, ONE + erff(mul(x, SQRT1_2)))
-        out[i, k] = mul(x, phi)
+        out[i, k] = gelu(inp[i, k])
 
 
 @cuda.jit
@@ -415,7 +465,7 @@ def tf_unembedding_softmax(out, rows):
                 chunk[v] = e
         if t == 0 and c > 0:
             c0 = (c - 1) * SOFTMAX_CHUNK
-            softmax_exp_sum = sequential_sum(softmax_exp_sum, chunks[(c - 1) % 2], min(SOFTMAX_CHUNK, V - c0))
+            softmax_exp_sum = staged_sum(softmax_exp_sum, chunks[(c - 1) % 2], np.uint64(0), min(SOFTMAX_CHUNK, V - c0))
         cuda.syncthreads()
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
@@ -454,6 +504,58 @@ def tf_argmax(out, rows, tokens):
             if value[o] > value[t] or (value[o] == value[t] and index[o] < index[t]):
                 value[t] = value[o]
                 index[t] = index[o]
+        cuda.syncthreads()
+        step //= 2
+    if t == 0:
+        tokens[end] = index[0]
+        rows[0] = end
+        rows[1] = end + 1
+
+
+# expf(x) rounds to 1.0f only for |x| below about 2^-25; a difference under this bound is worth an expf
+NEAR_MAX = f32(-2.0 ** -20)
+
+
+@cuda.jit
+def tf_argmax_logits(out, rows, tokens):
+    """tf_argmax of the softmax of the logits in row end - 1, without the softmax: the faster
+    kernel beside tf_unembedding_softmax + tf_argmax (tests/tf/test_tf_kernels.py holds them
+    equal). The softmax's probabilities are p_v = e_v * r, e_v = expf(logit_v - max) and r = 1 /
+    sum: monotone in e_v, and e_v <= 1 = e at the max. For e_v < 1, e_v is at most 1 - 2^-24, and
+    (1 - 2^-24) * r rounds below r for every float r: so p_v equals the largest probability r
+    exactly when e_v is 1.0f, and tf.c's first maximum of p is the first v whose expf(logit_v -
+    max) is 1.0f. That skips the ordered sum of the V exps. Then rows advances as in tf_argmax."""
+    t = cuda.threadIdx.x
+    end = rows[1]
+    row = out[end - 1]
+    V = out.shape[1]
+    value = cuda.shared.array(ARGMAX_THREADS, np.float32)
+    index = cuda.shared.array(ARGMAX_THREADS, np.int32)
+    m = f32(-np.inf)
+    for v in range(t, V, ARGMAX_THREADS):
+        if row[v] > m:
+            m = row[v]
+    value[t] = m
+    cuda.syncthreads()
+    step = ARGMAX_THREADS // 2
+    while step > 0:  # the max is exact in any order
+        if t < step and value[t + step] > value[t]:
+            value[t] = value[t + step]
+        cuda.syncthreads()
+        step //= 2
+    m = value[0]
+    first = V
+    for v in range(t, V, ARGMAX_THREADS):
+        d = row[v] - m
+        if d >= NEAR_MAX and expf(d) == ONE:
+            first = v
+            break
+    index[t] = first
+    cuda.syncthreads()
+    step = ARGMAX_THREADS // 2
+    while step > 0:
+        if t < step and index[t + step] < index[t]:
+            index[t] = index[t + step]
         cuda.syncthreads()
         step //= 2
     if t == 0:
@@ -543,7 +645,7 @@ def tf_attn_back_softmax(softmax, dL_da, T, fused):
         d[j] = dL_da[h, i, j]
     cuda.syncthreads()
     if lane == 0:
-        part[0] = sequential_mad(ZERO, a, d, n, ONE, False, fused)
+        part[0] = staged_mad(ZERO, a, np.uint64(0), d, np.uint64(0), n, fused)
     cuda.syncthreads()
     row_sum = part[0]
     for j in range(lane, n, ATTN_LANES):

@@ -52,18 +52,25 @@ def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, 
            weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused)
 
 
-def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None):
+def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):
     """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
-    end)); S, the sum's length, is a's row length unless given. One row of tf_fc or of the
-    unembedding goes to the one-row kernel."""
+    end)); S, the sum's length, is a's row length unless given. `epilogue` is the element-wise
+    statement tf.c runs next on the outputs: "gelu" (tf_gelu(out) into extra) or "add" (tf_add(res,
+    out) into extra). One row of tf_fc or of the unembedding goes to the one-row kernel, which
+    applies the epilogue as each output is finished; other shapes launch it after."""
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
     if n_rows == 1 and name in M.ROW_KINDS:
         s_max = M.row_s_max(S)
         tile = M.row_tile_for(out.shape[1], s_max)
-        kernel = M.build_row(name, tile, fused, s_max)
-        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale)
+        kernel = M.build_row(name, tile, fused, s_max, epilogue)
+        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](
+            a, b, start, out, rows, S, scale, out if res is None else res, out if extra is None else extra)
         return
     tile = M.tile_for(name, n_rows, out.shape[1], S, fused)
     grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
     M.build(name, tile, fused)[grid, (tile.CT, tile.RT), Target.stream](a, b, start, out, rows, S, scale)
+    if epilogue == "gelu":
+        elementwise(K.tf_gelu, n_rows * out.shape[1], out, extra, rows, n_rows)
+    elif epilogue == "add":
+        elementwise(K.tf_add, n_rows * out.shape[1], res, out, extra, rows, n_rows)

@@ -35,7 +35,7 @@ from numba import config, cuda
 
 from cudakit.devmath import mad, mul
 
-from .kernels import ONE, sequential_mad
+from .kernels import ONE, gelu
 
 f32 = np.float32
 ZERO = f32(0.0)
@@ -74,6 +74,7 @@ else:
 
 
 ROW_SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
+ROW_UNROLL = np.uint64(16)  # steps of the one-row kernel's chain between loop tests
 
 
 def row_s_max(S):
@@ -243,12 +244,19 @@ def build(name, tile, fused):
 
 
 @functools.cache
-def build_row(name, tile, fused, s_max):
-    """The one-row kernel for a ROW_KINDS kind, for sums of at most s_max steps."""
+def build_row(name, tile, fused, s_max, epilogue=None):
+    """The one-row kernel for a ROW_KINDS kind, for sums of at most s_max steps. `epilogue` also
+    writes an element-wise function of each finished output, as the kernel that follows it in
+    tf.c would (the decode step's launches fused, the same bits): "gelu" (tf_gelu of the output
+    into `extra`), "add" (tf_add: `res` + the output into `extra`)."""
     b_by_output = KINDS[name].b_by_output
     BN, KC, NT = tile
-    B_COLS, BUF = row_buffer(tile)  # constants: shared array shapes must be literals to the GPU compiler
+    B_COLS, BUF = row_buffer(tile)
+    BUFS = 2 * BUF  # constants: shared array shapes must be literals to the GPU compiler
     LOADS = -(-KC * BN // NT)
+    # the chain's offsets: unsigned, so Numba adds no negative-index fix-up, and each load is one
+    # base address plus a constant
+    STEP = np.uint64(B_COLS)
 
     @cuda.jit(device=True)
     def fetch(b, s0, S, j0, N, t, rb):
@@ -266,43 +274,77 @@ def build_row(name, tile, fused, s_max):
                 rb[r] = b[s0 + ss, j0 + jj] if ok else ZERO
 
     @cuda.jit(device=True)
-    def stage(buf, t, rb):
+    def stage(bufs, base, t, rb):
+        """The fetched registers into the buffer at `base`: step ss of output jj at ss * B_COLS + jj."""
         for r in range(LOADS):
             q = t + r * NT
             if q < KC * BN:
                 if b_by_output:
-                    buf[(q % KC) * B_COLS + q // KC] = rb[r]
+                    bufs[base + np.uint64((q % KC) * B_COLS + q // KC)] = rb[r]
                 else:
-                    buf[(q // BN) * B_COLS + q % BN] = rb[r]
+                    bufs[base + np.uint64((q // BN) * B_COLS + q % BN)] = rb[r]
 
-    def kernel(a, b, start, out, rows, S, scale):
-        """out[i, j] = start[j] + sum over s < S ascending of a[i, s] * B(s, j), i = rows[0]."""
+    @cuda.jit(device=True)
+    def chain(acc, xs, bufs, x0, b0, n):
+        """acc + xs[x0 + ss] * bufs[b0 + ss * B_COLS] for ss < n ascending: one output's share of
+        a chunk, ROW_UNROLL steps at a time from one address plus constants, so that a step is two
+        shared loads and the add, the loads going out ahead of the chain."""
+        k = np.uint64(0)
+        n = np.uint64(n)
+        while k + ROW_UNROLL <= n:
+            for u in range(ROW_UNROLL):
+                acc = mad(fused, xs[x0 + k + np.uint64(u)], bufs[b0 + (k + np.uint64(u)) * STEP], acc)
+            k += ROW_UNROLL
+        while k < n:
+            acc = mad(fused, xs[x0 + k], bufs[b0 + k * STEP], acc)
+            k += np.uint64(1)
+        return acc
+
+    @cuda.jit(device=True)
+    def chunk(c, n_chunks, rb, base, b, xs, bufs, S, j0, N, t, acc):
+        """Chunk c: its registers staged in the buffer at `base`, then summed there while the loads
+        of chunk c + 2 fly in the same registers. Two chunks are thus in flight while one is summed.
+        The barrier also says that chunk c - 1's buffer is summed before chunk c + 1 is staged into
+        it."""
+        stage(bufs, base, t, rb)
+        cuda.syncthreads()
+        if c + 2 < n_chunks:
+            fetch(b, (c + 2) * KC, S, j0, N, t, rb)
+        if t < BN:
+            acc = chain(acc, xs, bufs, np.uint64(c * KC), base + np.uint64(t), min(KC, S - c * KC))
+        return acc
+
+    def kernel(a, b, start, out, rows, S, scale, res, extra):
+        """out[i, j] = start[j] + sum over s < S ascending of a[i, s] * B(s, j), i = rows[0]; then
+        the epilogue's extra[i, j]."""
         t = cuda.threadIdx.x
         i = rows[0]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
         xs = cuda.shared.array(s_max, np.float32)
-        bufs = cuda.shared.array((2, BUF), np.float32)
-        rb = cuda.local.array(LOADS, np.float32)
+        bufs = cuda.shared.array(BUFS, np.float32)
+        r0 = cuda.local.array(LOADS, np.float32)  # the even chunks' registers, staged at 0
+        r1 = cuda.local.array(LOADS, np.float32)  # the odd chunks', staged at BUF
+        n_chunks = -(-S // KC)
+        fetch(b, 0, S, j0, N, t, r0)
+        if n_chunks > 1:
+            fetch(b, KC, S, j0, N, t, r1)
         for s in range(t, S, NT):
             xs[s] = a[i, s]
-        fetch(b, 0, S, j0, N, t, rb)
         j = j0 + t
         acc = start[j] if t < BN and j < N else ZERO
-        c = 0
-        for s0 in range(0, S, KC):
-            buf = bufs[c % 2]
-            stage(buf, t, rb)
-            cuda.syncthreads()  # also: the chunk before last is summed, so its buffer is free
-            if s0 + KC < S:  # the next chunk's loads fly while this one is summed
-                fetch(b, s0 + KC, S, j0, N, t, rb)
-            if t < BN:  # the chain alone sets the pace: its loads go out UNROLL steps ahead
-                acc = sequential_mad(acc, xs[s0:], buf[t::B_COLS], min(KC, S - s0), ONE, False, fused)
-            c += 1
+        for c in range(0, n_chunks, 2):
+            acc = chunk(c, n_chunks, r0, np.uint64(0), b, xs, bufs, S, j0, N, t, acc)
+            if c + 1 < n_chunks:
+                acc = chunk(c + 1, n_chunks, r1, np.uint64(BUF), b, xs, bufs, S, j0, N, t, acc)
         if t < BN and j < N:
             out[i, j] = acc
+            if epilogue == "gelu":
+                extra[i, j] = gelu(acc)
+            elif epilogue == "add":
+                extra[i, j] = res[i, j] + acc
 
-    kernel.__name__ = kernel.__qualname__ = name + "_row"
+    kernel.__name__ = kernel.__qualname__ = name + "_row" + ("_" + epilogue if epilogue else "")
     return cuda.jit(kernel)
 
 

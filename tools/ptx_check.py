@@ -65,6 +65,7 @@ KERNELS = [
     ("generate_kernel", fast.generate_kernel, (F1, F1, F1, B, I2, I2, I2, I1, I64, I64, F32, F1, I64, I2, I1),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
+    ("tf_argmax_logits", tf_kernels.tf_argmax_logits, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
     ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, L1, B), tf_kernels.LN_THREADS, None, False),
     ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B), tf_kernels.LN_BACK_THREADS, None,
      False),
@@ -81,11 +82,13 @@ KERNELS = [
     for name, tile, fused in sorted({(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
                                      for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)})
 ] + [
-    (f"{name}_row {tile} S<={s_max} {'fma' if fused else 'nofma'}", tf_matmul.build_row(name, tile, fused, s_max),
-     (F2, F2, F1, F2, L1, I64, F32), tile.NT, None, True)
-    for name, tile, s_max, fused in sorted({(kind, tf_matmul.row_tile_for(cols, tf_matmul.row_s_max(S)),
-                                             tf_matmul.row_s_max(S), fused)
-                                            for kind, cols, S in ROW_SHAPES for fused in (True, False)})
+    (f"{name}_row{'_' + epilogue if epilogue else ''} {tile} S<={s_max} {'fma' if fused else 'nofma'}",
+     tf_matmul.build_row(name, tile, fused, s_max, epilogue), (F2, F2, F1, F2, L1, I64, F32, F2, F2), tile.NT, None,
+     True)
+    for name, tile, s_max, fused, epilogue in sorted(
+        {(kind, tf_matmul.row_tile_for(cols, tf_matmul.row_s_max(S)), tf_matmul.row_s_max(S), fused, epilogue)
+         for kind, cols, S in ROW_SHAPES for fused in (True, False)
+         for epilogue in (("", "gelu", "add") if kind == "tf_fc" else ("",))})
 ]
 
 

@@ -1,8 +1,9 @@
 """Times tf_numba/matmul.py's kernels at GPT-2's shapes (T=64) under candidate tiles, on a GPU, and
 checks that every tile gives the same bits (a tile only groups outputs; each output's sum keeps
-its order, so any difference is a bug). This is how the tiles in matmul.py were chosen.
+its order, so any difference is a bug). This is how the tiles in matmul.py were chosen. With
+--row it times the one-row kernel (build_row: generation's decode step) under candidate row tiles.
 
-    python3 tools/tf_matmul_sweep.py [--fp-model fma|nofma] [--out FILE.json]
+    python3 tools/tf_matmul_sweep.py [--row] [--fp-model fma|nofma] [--out FILE.json]
 
 Exit status: 0 done; 1 a tile that gives other bits, or an --out that cannot be written; 2 a usage error.
 """
@@ -43,13 +44,26 @@ CANDIDATES = {
 }
 
 
+# the decode step's one-row products: (kind, cols, sum length, b's shape, launches per decode step)
+ROW_SHAPES = [("tf_fc", n_out, n_in, (n_in, n_out), 12) for n_in, n_out in ((D, 3 * D), (D, D), (D, 4 * D), (4 * D, D))]
+ROW_SHAPES += [("tf_unembedding", V, D, (V, D), 1)]
+L2_SPILL = 160 << 20  # bytes of weight copies the row sweep cycles through
+ROW_CANDIDATES = [M.RowTile(*t) for t in (
+    (8, 256, 256), (8, 128, 256), (8, 256, 128), (4, 256, 128), (4, 512, 256), (16, 128, 256), (16, 256, 512),
+    (2, 512, 128), (32, 64, 256), (32, 128, 256), (32, 64, 128), (64, 64, 512), (16, 256, 256), (64, 32, 256))]
+
+
 def time_kernel(kernel, grid, block, args, repeats=20, replays=10):
     """GPU time of one launch: a CUDA graph of `repeats` launches, replayed `replays` times after
     three warm replays that bring the clocks up. Launched one by one from Python, a kernel shorter
-    than Numba's launch overhead (tens of microseconds) would time the overhead instead."""
+    than Numba's launch overhead (tens of microseconds) would time the overhead instead. `args` is
+    one argument tuple, or a list of them that the launches take in turn (weights that do not fit
+    in L2 together, as in a pass)."""
+    arg_sets = args if isinstance(args, list) else [args]
+
     def record():
-        for _ in range(repeats):
-            kernel[grid, block, Target.stream](*args)
+        for r in range(repeats):
+            kernel[grid, block, Target.stream](*arg_sets[r % len(arg_sets)])
 
     recorded = Recorded(record)
     for _ in range(3):
@@ -61,8 +75,52 @@ def time_kernel(kernel, grid, block, args, repeats=20, replays=10):
     return (time.perf_counter() - t) / (replays * repeats) * 1e6
 
 
+def sweep_rows(fused):
+    """The one-row kernel at the decode step's shapes under every row tile that fits shared memory."""
+    rng = np.random.default_rng(0)
+    results, total_chosen, total_best = [], 0.0, 0.0
+    for kind, cols, S, b_shape, per_step in ROW_SHAPES:
+        s_max = M.row_s_max(S)
+        a = cuda.to_device(rng.standard_normal((4, S), dtype=np.float32))
+        # copies of the weights past the H200's 50 MB L2, as a pass streams every layer's from memory
+        host_b = rng.standard_normal(b_shape, dtype=np.float32)
+        bs = [cuda.to_device(host_b) for _ in range(max(1, -(-L2_SPILL // host_b.nbytes)))]
+        start = cuda.to_device(rng.standard_normal(cols, dtype=np.float32))
+        row_range = cuda.to_device(np.array([2, 3], dtype=np.int64))
+        chosen = M.row_tile_for(cols, s_max)
+        times, bits = {}, None
+        for tile in dict.fromkeys([chosen] + ROW_CANDIDATES):
+            if 4 * (s_max + 2 * M.row_buffer(tile)[1]) > M.ROW_SHARED_BYTES:
+                continue
+            out = cuda.to_device(np.zeros((4, cols), dtype=np.float32))
+            kernel = M.build_row(kind, tile, fused, s_max)
+            grid = -(-cols // tile.BN)
+            launch_args = [(a, b, start, out, row_range, S, np.float32(1.0), out, out) for b in bs]
+            kernel[grid, tile.NT](*launch_args[0])
+            got = out.copy_to_host()
+            label = f"{tile.BN}/{tile.KC}/{tile.NT}"
+            times[label] = round(time_kernel(kernel, grid, tile.NT, launch_args, repeats=4 * len(bs)), 2)
+            if bits is None:
+                bits = got
+            elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):
+                raise SystemExit(f"tf_matmul_sweep: {kind} 1x{cols}x{S}: row tile {label} gives other bits")
+        best = min(times, key=times.get)
+        chosen_label = f"{chosen.BN}/{chosen.KC}/{chosen.NT}"
+        total_chosen += per_step * times[chosen_label]
+        total_best += per_step * times[best]
+        gbs = 4.0 * cols * S / times[best] / 1e3
+        results.append({"kind": kind, "rows": 1, "cols": cols, "sum": S, "per_step": per_step, "us": times,
+                        "chosen": chosen_label, "best": best, "best_GB_per_s": round(gbs, 1)})
+        print(f"{kind:16} 1x{cols:5}x{S:5}  chosen {chosen_label} {times[chosen_label]:7.2f} us  best {best} "
+              f"{times[best]:7.2f} us ({gbs:.0f} GB/s)  " + " ".join(f"{k}={v}" for k, v in times.items()), flush=True)
+    print(f"one decode step's matrix kernels: {total_chosen / 1e3:.3f} ms as chosen, "
+          f"{total_best / 1e3:.3f} ms with the best tile per shape")
+    return {"shapes": results, "step_ms_chosen": total_chosen / 1e3, "step_ms_best": total_best / 1e3}
+
+
 def main(argv=None):
     ap = OneLineParser(prog="tf_matmul_sweep.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--row", action="store_true", help="the one-row kernel at the decode step's shapes")
     ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
     ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
     try:
@@ -75,6 +133,12 @@ def main(argv=None):
         print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
         return 1
     fused = is_fused(args.fp_model)
+    if args.row:
+        table = sweep_rows(fused)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"fp_model": args.fp_model, **table}, indent=1))
+        return 0
     rng = np.random.default_rng(0)
     results, total_chosen, total_best = [], 0.0, 0.0
     for kind, rows, cols, S, a_shape, b_shape, per_step in SHAPES:

@@ -38,7 +38,7 @@ def test_generate_tiny_prefix(tiny_assets):
 
 def rows_of_every_layer(m, n, unembedded):
     """Rows [0, n) of every activation a forward pass writes (attention: keys <= query), and the
-    `unembedded` rows' probabilities, as bits."""
+    `unembedded` rows (logits), as bits."""
     a, S = m.activations, m.cfg.d_seq
     out = {}
     for name, view in [("embedding", a.embedding.out), ("ln_f.out", a.ln_f.out), ("ln_f.mean", a.ln_f.mean),
@@ -58,12 +58,13 @@ def rows_of_every_layer(m, n, unembedded):
 
 def check_decoder_rows(m, fresh, prompt, steps):
     """After a prefill and `steps` - 1 decode steps, every row the decoder wrote equals the full
-    training forward pass's over the same tokens (tf.c's whole pass), bit for bit."""
+    training forward pass's over the same tokens (tf.c's whole pass), bit for bit. Greedy, the
+    decoder leaves logits (tf_argmax_logits needs no softmax), so the full pass stops there too."""
     tokens = generate(m, prompt, steps)
     n = len(prompt) + steps - 1  # rows computed: the prompt's, then one per decode step
     got = rows_of_every_layer(m, n, list(range(len(prompt) - 1, n)))
     fresh.set_tokens(prompt + tokens[:-1])
-    forward(fresh, n, last_only=False)
+    forward(fresh, n, last_only=False, softmax=False)
     want = rows_of_every_layer(fresh, n, list(range(len(prompt) - 1, n)))
     assert [k for k in want if not np.array_equal(got[k], want[k])] == []
 
@@ -126,6 +127,64 @@ def test_decoder_equals_recompute_up_to_d_seq(gpt2_assets, fp_model):
     m = TFModel(cfg, tensors, fp_model)
     prompt = [int(t) for t in np.random.default_rng(1).integers(0, cfg.d_vocab, cfg.d_seq - 16)]
     assert generate(m, prompt, 16) == generate(m, prompt, 16, recompute=True)
+
+
+def argmax_rows():
+    """Rows of logits where the softmax's first maximum is not the logits' first maximum, or only
+    just is: equal maxima, maxima a few ulps apart near 0 (their exps are both 1.0f, so their
+    probabilities tie and the first wins), a value one ulp under the max before it, and plain rows."""
+    rng = np.random.default_rng(5)
+    V = 97
+    out = [rng.standard_normal(V, dtype=np.float32) * np.float32(s) for s in (1, 8, 40)]
+    ties = rng.standard_normal(V, dtype=np.float32)
+    ties[[70, 12]] = 9.0  # two equal maxima: the first
+    out.append(ties)
+    near_zero = np.full(V, -3.0, dtype=np.float32)
+    near_zero[[20, 60]] = [1e-9, 2e-9]  # the logits' max is at 60; expf(-1e-9) is 1.0f: tf.c takes 20
+    out.append(near_zero)
+    below = rng.standard_normal(V, dtype=np.float32)
+    below[50] = 30.0
+    below[10] = np.nextafter(np.float32(30.0), np.float32(0.0))  # one ulp under, before: not a maximum
+    out.append(below)
+    small = np.zeros(V, dtype=np.float32)
+    small[[3, 90]] = [np.float32(2.0 ** -25), np.float32(2.0 ** -24)]  # expf(-2^-25) rounds up to 1.0f: 3
+    out.append(small)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("row", range(len(argmax_rows())))
+def test_argmax_logits_is_the_softmax_argmax(row):
+    """tf_argmax_logits on the logits gives tf_unembedding_softmax + tf_argmax's token (generation's
+    faithful pair), on rows built to tell them apart."""
+    from numba import cuda
+
+    from tf_numba import kernels as K
+    from tf_numba import launch
+
+    logits = argmax_rows()
+    tokens = {}
+    for kernel in ("faithful", "fast"):
+        out = cuda.to_device(logits)
+        rows = cuda.to_device(np.array([row, row + 1], dtype=np.int64))
+        made = cuda.to_device(np.zeros(len(logits) + 1, dtype=np.uint16))
+        if kernel == "faithful":
+            launch.blocks(K.tf_unembedding_softmax, 1, K.SOFTMAX_THREADS, 0, out, rows)
+            launch.blocks(K.tf_argmax, 1, K.ARGMAX_THREADS, 0, out, rows, made)
+        else:
+            launch.blocks(K.tf_argmax_logits, 1, K.ARGMAX_THREADS, 0, out, rows, made)
+        tokens[kernel] = (int(made.copy_to_host()[row + 1]), rows.copy_to_host().tolist())
+    assert tokens["fast"] == tokens["faithful"]
+    assert tokens["fast"][1] == [row + 1, row + 2]
+
+
+def test_argmax_rows_tell_logits_from_probabilities():
+    """In two rows tf.c's token (20, 3: the first of two probabilities that tie) is not the logits'
+    argmax, so a kernel that took the logits' first maximum would fail the test above."""
+    logits = argmax_rows()
+    assert [int(np.argmax(logits[4])), int(np.argmax(logits[6]))] == [60, 90]
+    for row, token in ((4, 20), (6, 3)):
+        e = np.exp((logits[row] - logits[row].max()).astype(np.float64)).astype(np.float32)
+        assert e[token] == e.max() == 1.0
 
 
 @pytest.mark.slow

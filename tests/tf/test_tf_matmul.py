@@ -38,18 +38,28 @@ def bits(*device_arrays):
     return [a.copy_to_host().view(np.uint32) for a in device_arrays]
 
 
-def fc(s, fused, rng, first=None):
+def fc(s, fused, rng, first=None, epilogue=None):
     """tf_fc: forward.py's launch against the faithful kernel, over every row (training), or over
-    row `first` only (generation's decode step, the one-row kernel)."""
+    row `first` only (generation's decode step, the one-row kernel). With an epilogue, also the
+    statement after it (tf_gelu, or tf_add of a residual) against the faithful output's."""
     weight, bias, inp = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.N), random(rng, s.T, s.D)))
-    out0 = random(rng, s.T, s.N)  # rows outside the launch's must stay as they are
+    out0, extra0, res = random(rng, s.T, s.N), random(rng, s.T, s.N), cuda.to_device(random(rng, s.T, s.N))
     tiled, faithful = cuda.to_device(out0), cuda.device_array((s.T, s.N), np.float32)
+    extra, extra_faithful = cuda.to_device(extra0), cuda.to_device(extra0)
     first, end = (0, s.T) if first is None else (first, first + 1)
-    launch.matmul("tf_fc", inp, weight, bias, tiled, rows(first, end), end - first, fused)
+    launch.matmul("tf_fc", inp, weight, bias, tiled, rows(first, end), end - first, fused, epilogue=epilogue,
+                  res=res, extra=extra)
     launch.elementwise(K.tf_fc, s.T * s.N, weight, bias, inp, faithful, s.T, fused)
     want = out0.copy()
     want[first:end] = faithful.copy_to_host()[first:end]
-    return bits(tiled), [want.view(np.uint32)]
+    if epilogue is None:
+        return bits(tiled), [want.view(np.uint32)]
+    if epilogue == "gelu":
+        launch.elementwise(K.tf_gelu, (end - first) * s.N, faithful, extra_faithful, rows(first, end), end - first)
+    else:
+        launch.elementwise(K.tf_add, (end - first) * s.N, res, faithful, extra_faithful, rows(first, end),
+                           end - first)
+    return bits(tiled, extra), [want.view(np.uint32)] + bits(extra_faithful)
 
 
 def fc_back(s, fused, rng):
@@ -110,6 +120,9 @@ def unembedding_back(s, fused, rng):
 
 
 ROUTINES = {"tf_fc": fc, "tf_fc_last_row": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2),
+            "tf_fc_add": lambda s, fused, rng: fc(s, fused, rng, epilogue="add"),
+            "tf_fc_last_row_gelu": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="gelu"),
+            "tf_fc_last_row_add": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="add"),
             "tf_fc_back": fc_back, "tf_unembedding": unembedding,
             "tf_unembedding_last_row": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2),
             "tf_unembedding_back": unembedding_back}
