@@ -48,9 +48,11 @@ CANDIDATES = {
 ROW_SHAPES = [("tf_fc", n_out, n_in, (n_in, n_out), 12) for n_in, n_out in ((D, 3 * D), (D, D), (D, 4 * D), (4 * D, D))]
 ROW_SHAPES += [("tf_unembedding", V, D, (V, D), 1)]
 L2_SPILL = 160 << 20  # bytes of weight copies the row sweep cycles through
-ROW_CANDIDATES = [M.RowTile(*t) for t in (
-    (8, 256, 256), (8, 128, 256), (8, 256, 128), (4, 256, 128), (4, 512, 256), (16, 128, 256), (16, 256, 512),
-    (2, 512, 128), (32, 64, 256), (32, 128, 256), (32, 64, 128), (64, 64, 512), (16, 256, 256), (64, 32, 256))]
+ROW_CANDIDATES = {  # (BN, KC, NT) by kind
+    "tf_fc": [M.RowTile(*t) for t in ((8, 256, 256), (8, 128, 256), (8, 256, 128), (4, 256, 128), (4, 512, 256),
+                                      (16, 128, 256))],
+    "tf_unembedding": [M.RowTile(*t) for t in ((32, 64, 256), (32, 128, 256), (16, 128, 256), (64, 64, 512),
+                                               (32, 64, 128))]}
 
 
 def time_kernel(kernel, grid, block, args, repeats=20, replays=10):
@@ -89,7 +91,7 @@ def sweep_rows(fused):
         row_range = cuda.to_device(np.array([2, 3], dtype=np.int64))
         chosen = M.row_tile_for(cols, s_max)
         times, bits = {}, None
-        for tile in dict.fromkeys([chosen] + ROW_CANDIDATES):
+        for tile in dict.fromkeys([chosen] + ROW_CANDIDATES[kind]):
             if 4 * (s_max + 2 * M.row_buffer(tile)[1]) > M.ROW_SHARED_BYTES:
                 continue
             out = cuda.to_device(np.zeros((4, cols), dtype=np.float32))
