@@ -202,39 +202,79 @@ def sequential_mad(total, x, y, n, scale, scaled, fused):
     return total
 
 
-STAGED_UNROLL = np.uint64(32)  # steps of a staged sum between loop tests
+PIPE = 8  # steps of a staged sum whose loads go out before the adds of the steps before them
+U1 = np.uint64(1)
+P64, P2, P3 = np.uint64(PIPE), np.uint64(2 * PIPE), np.uint64(3 * PIPE)
 
 
 @cuda.jit(device=True)
-def staged_sum(total, buf, base, n):
-    """total + buf[base] + buf[base + 1] + ... (n values) in order, in float32: a row staged in
-    shared memory. STAGED_UNROLL steps have constant offsets from one address (unsigned, so
-    without Numba's negative-index fix-up): each step is one load and one add, and the loads go
-    out ahead of the chain."""
+def load_pipe(vals, x, x0, x_step, k):
+    """vals[u] = x[x0 + (k + u) * x_step] for u < PIPE: one address plus constants when x_step is."""
+    for u in range(PIPE):
+        vals[u] = x[x0 + (k + np.uint64(u)) * x_step]
+
+
+@cuda.jit(device=True)
+def staged_dot(total, x, x0, x_step, y, y0, y_step, n, fused):
+    """total + x[x0 + k * x_step] * y[y0 + k * y_step] for k < n ascending (mad: fused or not): a
+    chain over values staged in shared memory. Software-pipelined in two register sets, a and b:
+    the next PIPE steps' loads go out before the current PIPE steps' adds, so that the chain of
+    adds alone sets the pace. Offsets are unsigned (no negative-index fix-up)."""
+    ax = cuda.local.array(PIPE, np.float32)
+    ay = cuda.local.array(PIPE, np.float32)
+    bx = cuda.local.array(PIPE, np.float32)
+    by = cuda.local.array(PIPE, np.float32)
     k = np.uint64(0)
     n = np.uint64(n)
-    while k + STAGED_UNROLL <= n:
-        for u in range(STAGED_UNROLL):
-            total += buf[base + k + np.uint64(u)]
-        k += STAGED_UNROLL
+    if n >= P64:
+        load_pipe(ax, x, x0, x_step, k)
+        load_pipe(ay, y, y0, y_step, k)
+    while k + P2 <= n:  # a holds steps k.., b gets k + PIPE..
+        load_pipe(bx, x, x0, x_step, k + P64)
+        load_pipe(by, y, y0, y_step, k + P64)
+        for u in range(PIPE):
+            total = mad(fused, ax[u], ay[u], total)
+        if k + P3 <= n:
+            load_pipe(ax, x, x0, x_step, k + P2)
+            load_pipe(ay, y, y0, y_step, k + P2)
+        for u in range(PIPE):
+            total = mad(fused, bx[u], by[u], total)
+        k += P2
+    if k + P64 <= n:  # a was loaded with these steps
+        for u in range(PIPE):
+            total = mad(fused, ax[u], ay[u], total)
+        k += P64
     while k < n:
-        total += buf[base + k]
-        k += np.uint64(1)
+        total = mad(fused, x[x0 + k * x_step], y[y0 + k * y_step], total)
+        k += U1
     return total
 
 
 @cuda.jit(device=True)
-def staged_mad(total, x, x0, y, y0, n, fused):
-    """total + x[x0 + k] * y[y0 + k] for k < n ascending (mad: fused or not), as staged_sum."""
+def staged_sum(total, x, x0, n):
+    """total + x[x0] + x[x0 + 1] + ... (n values) in order, in float32, pipelined as staged_dot."""
+    a = cuda.local.array(PIPE, np.float32)
+    b = cuda.local.array(PIPE, np.float32)
     k = np.uint64(0)
     n = np.uint64(n)
-    while k + STAGED_UNROLL <= n:
-        for u in range(STAGED_UNROLL):
-            total = mad(fused, x[x0 + k + np.uint64(u)], y[y0 + k + np.uint64(u)], total)
-        k += STAGED_UNROLL
+    if n >= P64:
+        load_pipe(a, x, x0, U1, k)
+    while k + P2 <= n:
+        load_pipe(b, x, x0, U1, k + P64)
+        for u in range(PIPE):
+            total += a[u]
+        if k + P3 <= n:
+            load_pipe(a, x, x0, U1, k + P2)
+        for u in range(PIPE):
+            total += b[u]
+        k += P2
+    if k + P64 <= n:
+        for u in range(PIPE):
+            total += a[u]
+        k += P64
     while k < n:
-        total = mad(fused, x[x0 + k], y[y0 + k], total)
-        k += np.uint64(1)
+        total += x[x0 + k]
+        k += U1
     return total
 
 
@@ -269,7 +309,7 @@ def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
     cuda.syncthreads()
     if t == 0:
         diff = np.uint64(D)
-        variance = staged_mad(ZERO, row, diff, row, diff, D, fused) / f32(D)
+        variance = staged_dot(ZERO, row, diff, U1, row, diff, U1, D, fused) / f32(D)
         r_s = ONE / sqrtf(variance + EPS)
         stats[1] = r_s
         mean[i] = m
@@ -308,7 +348,7 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     if t == 0:
         partial[0] = staged_sum(ZERO, staged, np.uint64(0), D) / f32(D)
     if t == LN_BACK_THREADS - 1:
-        partial[1] = staged_mad(ZERO, staged, np.uint64(0), staged, np.uint64(D), D, fused) / f32(D)
+        partial[1] = staged_dot(ZERO, staged, np.uint64(0), U1, staged, np.uint64(D), U1, D, fused) / f32(D)
     cuda.syncthreads()
     mean_partial, var_partial = partial[0], partial[1]
     for k in range(t, D, LN_BACK_THREADS):
@@ -531,10 +571,15 @@ def tf_argmax_logits(out, rows, tokens):
     V = out.shape[1]
     value = cuda.shared.array(ARGMAX_THREADS, np.float32)
     index = cuda.shared.array(ARGMAX_THREADS, np.int32)
+    got = cuda.local.array(PIPE, np.float32)
     m = f32(-np.inf)
-    for v in range(t, V, ARGMAX_THREADS):
-        if row[v] > m:
-            m = row[v]
+    for v0 in range(t, V, ARGMAX_THREADS * PIPE):  # PIPE loads in flight at a time
+        for u in range(PIPE):
+            v = v0 + u * ARGMAX_THREADS
+            got[u] = row[v] if v < V else m
+        for u in range(PIPE):
+            if got[u] > m:
+                m = got[u]
     value[t] = m
     cuda.syncthreads()
     step = ARGMAX_THREADS // 2
@@ -545,10 +590,14 @@ def tf_argmax_logits(out, rows, tokens):
         step //= 2
     m = value[0]
     first = V
-    for v in range(t, V, ARGMAX_THREADS):
-        d = row[v] - m
-        if d >= NEAR_MAX and expf(d) == ONE:
-            first = v
+    for v0 in range(t, V, ARGMAX_THREADS * PIPE):
+        for u in range(PIPE):
+            v = v0 + u * ARGMAX_THREADS
+            got[u] = row[v] - m if v < V else f32(-np.inf)
+        for u in range(PIPE):
+            if first == V and got[u] >= NEAR_MAX and expf(got[u]) == ONE:
+                first = v0 + u * ARGMAX_THREADS
+        if first < V:
             break
     index[t] = first
     cuda.syncthreads()
@@ -645,7 +694,7 @@ def tf_attn_back_softmax(softmax, dL_da, T, fused):
         d[j] = dL_da[h, i, j]
     cuda.syncthreads()
     if lane == 0:
-        part[0] = staged_mad(ZERO, a, np.uint64(0), d, np.uint64(0), n, fused)
+        part[0] = staged_dot(ZERO, a, np.uint64(0), U1, d, np.uint64(0), U1, n, fused)
     cuda.syncthreads()
     row_sum = part[0]
     for j in range(lane, n, ATTN_LANES):

@@ -35,7 +35,7 @@ from numba import config, cuda
 
 from cudakit.devmath import mad, mul
 
-from .kernels import ONE, gelu
+from .kernels import U1, gelu, staged_dot
 
 f32 = np.float32
 ZERO = f32(0.0)
@@ -74,7 +74,6 @@ else:
 
 
 ROW_SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
-ROW_UNROLL = np.uint64(16)  # steps of the one-row kernel's chain between loop tests
 
 
 def row_s_max(S):
@@ -254,9 +253,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
     B_COLS, BUF = row_buffer(tile)
     BUFS = 2 * BUF  # constants: shared array shapes must be literals to the GPU compiler
     LOADS = -(-KC * BN // NT)
-    # the chain's offsets: unsigned, so Numba adds no negative-index fix-up, and each load is one
-    # base address plus a constant
-    STEP = np.uint64(B_COLS)
+    STEP = np.uint64(B_COLS)  # an output's consecutive steps in a staged chunk
 
     @cuda.jit(device=True)
     def fetch(b, s0, S, j0, N, t, rb):
@@ -285,22 +282,6 @@ def build_row(name, tile, fused, s_max, epilogue=None):
                     bufs[base + np.uint64((q // BN) * B_COLS + q % BN)] = rb[r]
 
     @cuda.jit(device=True)
-    def chain(acc, xs, bufs, x0, b0, n):
-        """acc + xs[x0 + ss] * bufs[b0 + ss * B_COLS] for ss < n ascending: one output's share of
-        a chunk, ROW_UNROLL steps at a time from one address plus constants, so that a step is two
-        shared loads and the add, the loads going out ahead of the chain."""
-        k = np.uint64(0)
-        n = np.uint64(n)
-        while k + ROW_UNROLL <= n:
-            for u in range(ROW_UNROLL):
-                acc = mad(fused, xs[x0 + k + np.uint64(u)], bufs[b0 + (k + np.uint64(u)) * STEP], acc)
-            k += ROW_UNROLL
-        while k < n:
-            acc = mad(fused, xs[x0 + k], bufs[b0 + k * STEP], acc)
-            k += np.uint64(1)
-        return acc
-
-    @cuda.jit(device=True)
     def chunk(c, n_chunks, rb, base, b, xs, bufs, S, j0, N, t, acc):
         """Chunk c: its registers staged in the buffer at `base`, then summed there while the loads
         of chunk c + 2 fly in the same registers. Two chunks are thus in flight while one is summed.
@@ -311,7 +292,8 @@ def build_row(name, tile, fused, s_max, epilogue=None):
         if c + 2 < n_chunks:
             fetch(b, (c + 2) * KC, S, j0, N, t, rb)
         if t < BN:
-            acc = chain(acc, xs, bufs, np.uint64(c * KC), base + np.uint64(t), min(KC, S - c * KC))
+            acc = staged_dot(acc, xs, np.uint64(c * KC), U1, bufs, base + np.uint64(t), STEP, min(KC, S - c * KC),
+                             fused)
         return acc
 
     def kernel(a, b, start, out, rows, S, scale, res, extra):

@@ -49,8 +49,8 @@ ROW_SHAPES = [("tf_fc", n_out, n_in, (n_in, n_out), 12) for n_in, n_out in ((D, 
 ROW_SHAPES += [("tf_unembedding", V, D, (V, D), 1)]
 L2_SPILL = 160 << 20  # bytes of weight copies the row sweep cycles through
 ROW_CANDIDATES = {  # (BN, KC, NT) by kind
-    "tf_fc": [M.RowTile(*t) for t in ((8, 256, 256), (8, 128, 256), (8, 256, 128), (4, 256, 128), (4, 512, 256),
-                                      (16, 128, 256))],
+    "tf_fc": [M.RowTile(*t) for t in ((8, 256, 256), (8, 128, 256), (8, 128, 128), (4, 256, 128), (4, 512, 256),
+                                      (16, 128, 256), (4, 128, 128))],
     "tf_unembedding": [M.RowTile(*t) for t in ((32, 64, 256), (32, 128, 256), (16, 128, 256), (64, 64, 512),
                                                (32, 64, 128))]}
 
