@@ -253,6 +253,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
     B_COLS, BUF = row_buffer(tile)
     BUFS = 2 * BUF  # constants: shared array shapes must be literals to the GPU compiler
     LOADS = -(-KC * BN // NT)
+    X_LOADS = -(-s_max // NT)
     STEP = np.uint64(B_COLS)  # an output's consecutive steps in a staged chunk
 
     @cuda.jit(device=True)
@@ -307,12 +308,17 @@ def build_row(name, tile, fused, s_max, epilogue=None):
         bufs = cuda.shared.array(BUFS, np.float32)
         r0 = cuda.local.array(LOADS, np.float32)  # the even chunks' registers, staged at 0
         r1 = cuda.local.array(LOADS, np.float32)  # the odd chunks', staged at BUF
+        xr = cuda.local.array(X_LOADS, np.float32)
         n_chunks = -(-S // KC)
         fetch(b, 0, S, j0, N, t, r0)
         if n_chunks > 1:
             fetch(b, KC, S, j0, N, t, r1)
-        for s in range(t, S, NT):
-            xs[s] = a[i, s]
+        for r in range(X_LOADS):  # the input row: all loads in flight, then the stores
+            s = t + r * NT
+            xr[r] = a[i, s] if s < S else ZERO
+        for r in range(X_LOADS):
+            if t + r * NT < S:
+                xs[t + r * NT] = xr[r]
         j = j0 + t
         acc = start[j] if t < BN and j < N else ZERO
         for c in range(0, n_chunks, 2):
