@@ -127,7 +127,7 @@ def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
             dL_din[i, k] = dot
 
 
-UNROLL = 16  # loads a thread keeps in flight in an ordered sum
+UNROLL = 8  # loads a thread keeps in flight in an ordered sum
 ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax row
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
@@ -514,6 +514,7 @@ def tf_argmax(out, rows, tokens):
         rows[1] = end + 1
 
 
+ARGMAX_LOADS = 8  # loads in flight per tf_argmax_logits thread (1,024 threads: at most 64 registers)
 # expf(x) rounds to 1.0f only for |x| below about 2^-25; a difference under this bound is worth an expf
 NEAR_MAX = f32(-2.0 ** -20)
 
@@ -533,10 +534,10 @@ def tf_argmax_logits(out, rows, tokens):
     V = out.shape[1]
     value = cuda.shared.array(ARGMAX_THREADS, np.float32)
     index = cuda.shared.array(ARGMAX_THREADS, np.int32)
-    got = cuda.local.array(UNROLL, np.float32)
+    got = cuda.local.array(ARGMAX_LOADS, np.float32)
     m = f32(-np.inf)
-    for v0 in range(t, V, ARGMAX_THREADS * UNROLL):  # UNROLL loads in flight at a time
-        for u in range(UNROLL):
+    for v0 in range(t, V, ARGMAX_THREADS * ARGMAX_LOADS):  # ARGMAX_LOADS loads in flight at a time
+        for u in range(ARGMAX_LOADS):
             v = v0 + u * ARGMAX_THREADS
             got[u] = row[v] if v < V else m
         for u in range(UNROLL):
@@ -552,11 +553,11 @@ def tf_argmax_logits(out, rows, tokens):
         step //= 2
     m = value[0]
     first = V
-    for v0 in range(t, V, ARGMAX_THREADS * UNROLL):
-        for u in range(UNROLL):
+    for v0 in range(t, V, ARGMAX_THREADS * ARGMAX_LOADS):
+        for u in range(ARGMAX_LOADS):
             v = v0 + u * ARGMAX_THREADS
             got[u] = row[v] - m if v < V else f32(-np.inf)
-        for u in range(UNROLL):
+        for u in range(ARGMAX_LOADS):
             if first == V and got[u] >= NEAR_MAX and expf(got[u]) == ONE:
                 first = v0 + u * ARGMAX_THREADS
         if first < V:

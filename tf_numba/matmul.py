@@ -70,7 +70,8 @@ ROW_KINDS = ("tf_fc", "tf_unembedding")
 if config.ENABLE_CUDASIM:  # few blocks and chunks: the simulator pays per block and per barrier
     ROW_NARROW = ROW_MID = ROW_WIDE = RowTile(16, 32, 16)
 else:
-    ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(8, 256, 256), RowTile(16, 128, 256), RowTile(32, 64, 256)
+    # tools/tf_matmul_sweep.py --row on an H200 (docs/results/2026-12-01-h200-decode/row_sweep_fma.log)
+    ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(4, 512, 256), RowTile(8, 128, 128), RowTile(32, 64, 256)
 
 
 ROW_SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
@@ -88,8 +89,8 @@ def row_buffer(tile):
 
 
 def row_tile_for(n_cols, s_max):
-    """Enough blocks to reach every multiprocessor at GPT-2's widths: 8 outputs a block for 768
-    (96 blocks), 16 up to 4 x 768 (144-192), 32 for the vocabulary. Where the input row (s_max
+    """The row tile the sweep timed fastest at GPT-2's widths: 4 outputs a block for 768 (192 blocks,
+    long chunks: the 3,072-step sum of mlp.c_proj has 6), 8 up to 4 x 768, 32 for the vocabulary. Where the input row (s_max
     floats) and the two chunk buffers would pass a block's shared memory (d_model over 1024),
     the chunks get shorter: a chunk is only what is staged at a time, the sum's order is the same."""
     tile = ROW_NARROW if n_cols <= 1024 else ROW_MID if n_cols <= 4096 else ROW_WIDE
