@@ -477,6 +477,14 @@ def tf_unembedding_softmax(out, rows):
         out[i, v] = mul(out[i, v], r_softmax_exp_sum)
 
 
+@cuda.jit(device=True)
+def advance(tokens, rows, end, token):
+    """Generation's step on the device: the token appended at `end`, the row range moved to it."""
+    tokens[end] = token
+    rows[0] = end
+    rows[1] = end + 1
+
+
 @cuda.jit
 def tf_argmax(out, rows, tokens):
     """Generation's next token: tokens[end] = the first index of the largest probability in
@@ -509,9 +517,7 @@ def tf_argmax(out, rows, tokens):
         cuda.syncthreads()
         step //= 2
     if t == 0:
-        tokens[end] = index[0]
-        rows[0] = end
-        rows[1] = end + 1
+        advance(tokens, rows, end, index[0])
 
 
 ARGMAX_LOADS = 8  # loads in flight per tf_argmax_logits thread (1,024 threads: at most 64 registers)
@@ -571,9 +577,7 @@ def tf_argmax_logits(out, rows, tokens):
         cuda.syncthreads()
         step //= 2
     if t == 0:
-        tokens[end] = index[0]
-        rows[0] = end
-        rows[1] = end + 1
+        advance(tokens, rows, end, index[0])
 
 
 @cuda.jit

@@ -28,12 +28,13 @@ def tiny_model(tiny_assets, fp_model=ORACLE["fp_model"]):
 
 
 @pytest.mark.slow
-def test_generate_tiny_prefix(tiny_assets):
-    """tf.c's way against tf.c's tokens (the decoder's are held to the full pass's rows below, and to
-    tf.c's tokens on a GPU)."""
+@pytest.mark.parametrize("recompute", PATHS)
+def test_generate_tiny_prefix(tiny_assets, recompute):
+    """Both paths against tf.c's tokens: a prefill, then a decode step or a second full pass (the
+    decoder's rows are also held to the full pass's below; a GPU runs all 24 tokens)."""
     m, data = tiny_model(tiny_assets)
     assert [int(t) for t in data[: len(ORACLE["prompt"])]] == ORACLE["prompt"]
-    assert generate(m, ORACLE["prompt"], CPU_TOKENS, recompute=True) == ORACLE["tokens"][:CPU_TOKENS]
+    assert generate(m, ORACLE["prompt"], CPU_TOKENS, recompute=recompute) == ORACLE["tokens"][:CPU_TOKENS]
 
 
 def rows_of_every_layer(m, n, unembedded):
