@@ -13,7 +13,8 @@ tf.c's numbers depend on the order of every float32 accumulation, so a thread co
 output's sum alone, in the C loop's order: dot products start from the bias (or 0) with k
 ascending, gradient sums run over samples i ascending, input gradients over outputs ascending.
 Nothing is split across threads; what speeds a sum up is keeping its loads in flight ahead of
-its chain of adds (sequential_sum, sequential_mad) and computing around it in parallel.
+its chain of adds (sequential_mad from global memory, staged_sum and staged_dot from shared
+memory) and computing around it in parallel.
 Statements that tf.c's fma build fuses are written `mad(fused, ...)`; every other product is
 `mul` (see fp.py).
 
@@ -145,36 +146,10 @@ def term(total, a, b, scale, scaled, fused):
 
 
 @cuda.jit(device=True)
-def sequential_sum(total, x, n):
-    """total + x[0] + x[1] + ... + x[n-1] in order, in float32. Software-pipelined: the loads of
-    the next UNROLL values are issued before the adds of the current ones, so memory latency
-    hides behind the chain of adds, which alone sets the pace."""
-    cur = cuda.local.array(UNROLL, np.float32)
-    nxt = cuda.local.array(UNROLL, np.float32)
-    k = 0
-    if n >= UNROLL:
-        for u in range(UNROLL):
-            cur[u] = x[u]
-        k = UNROLL
-        while k + UNROLL <= n:
-            for u in range(UNROLL):
-                nxt[u] = x[k + u]
-            for u in range(UNROLL):
-                total += cur[u]
-                cur[u] = nxt[u]
-            k += UNROLL
-        for u in range(UNROLL):
-            total += cur[u]
-    while k < n:
-        total += x[k]
-        k += 1
-    return total
-
-
-@cuda.jit(device=True)
 def sequential_mad(total, x, y, n, scale, scaled, fused):
-    """total + the terms of x[k] and y[k] (see term) for k ascending, in float32, pipelined as
-    sequential_sum."""
+    """total + the terms of x[k] and y[k] (see term) for k ascending, in float32, from global
+    memory. Software-pipelined: the loads of the next UNROLL steps are issued before the adds of
+    the current ones, so memory latency hides behind the chain of adds."""
     cur_x = cuda.local.array(UNROLL, np.float32)
     cur_y = cuda.local.array(UNROLL, np.float32)
     nxt_x = cuda.local.array(UNROLL, np.float32)
