@@ -23,9 +23,10 @@ branches that do not apply and keeps the accumulators in registers).
 
 One row (generation: the decode step's tf_fc and the last row's unembedding) is a stream of the
 weights, which a tile of rows cannot use: `build_row` gives each output a thread that sums it
-alone as above, and has every thread of the block load the weights, a chunk ahead, into two
-shared-memory buffers, so that many loads are in flight per block while the few summing threads
-run their chains.
+alone as above, and has every thread of the block load the weights, two chunks ahead in
+registers, into two shared-memory buffers, so that many loads are in flight per block while the
+few summing threads run their chains. It can also apply the element-wise statement tf.c runs
+next on each output (gelu, a residual add) as it writes it.
 """
 import functools
 from collections import namedtuple
