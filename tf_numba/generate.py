@@ -75,24 +75,13 @@ def argmax(m, logits=False):
     launch.blocks(kernel, 1, K.ARGMAX_THREADS, 0, m.activations.unembedding.out, m.last_rows, m.tokens)
 
 
-def recompute_pass(m, rows, greedy):
-    """tf.c's pass: every row, the last row's softmax, its first maximum."""
-    forward(m, rows, last_only=True)
+def token_pass(m, T, greedy, logits, rows=None):
+    """The forward pass that makes the next token: over T rows (tf.c's; the prefill), or over the
+    one row in `rows` (a decode step). Greedy, the argmax follows: tf.c's from the softmax, or with
+    `logits` from the logits, which then need no softmax. Sampling reads the softmax on the host."""
+    forward(m, T, last_only=True, rows=rows, softmax=not (greedy and logits))
     if greedy:
-        argmax(m)
-
-
-def prefill(m, rows, greedy):
-    """The decoder's first pass: tf.c's over the prompt; greedy, it leaves the last row's logits."""
-    forward(m, rows, last_only=True, softmax=not greedy)
-    if greedy:
-        argmax(m, logits=True)
-
-
-def decode_step(m, greedy):
-    forward(m, m.cfg.d_seq, last_only=True, rows=m.last_rows, softmax=not greedy)
-    if greedy:
-        argmax(m, logits=True)
+        argmax(m, logits=logits)
 
 
 class Sampler:
@@ -148,11 +137,12 @@ def generate(m, prompt, n_tokens, emit=None, recompute=False, sampler=None):
     def next_pass(t):  # the pass that makes token t + 1 from the tokens up to t
         if recompute:
             rows = min(-(-(t + 1) // BUCKET) * BUCKET, m.cfg.d_seq)
-            passes.queue(("recompute", rows, greedy), lambda: recompute_pass(m, rows, greedy))
+            passes.queue(("recompute", rows, greedy), lambda: token_pass(m, rows, greedy, logits=False))
         elif t == T - 1:
-            passes.queue(("prefill", T, greedy), lambda: prefill(m, T, greedy))
+            passes.queue(("prefill", T, greedy), lambda: token_pass(m, T, greedy, logits=True))
         else:
-            passes.queue(("decode", greedy), lambda: decode_step(m, greedy))
+            passes.queue(("decode", greedy), lambda: token_pass(m, m.cfg.d_seq, greedy, logits=True,
+                                                                 rows=m.last_rows))
 
     if greedy and not recompute:
         # Every step queued at once: the device advances the row and the token itself, and the

@@ -521,7 +521,7 @@ def tf_argmax_logits(out, rows, tokens):
         for u in range(ARGMAX_LOADS):
             v = v0 + u * ARGMAX_THREADS
             got[u] = row[v] if v < V else m
-        for u in range(UNROLL):
+        for u in range(ARGMAX_LOADS):
             if got[u] > m:
                 m = got[u]
     value[t] = m

@@ -89,13 +89,18 @@ def row_buffer(tile):
     return tile.BN + 1, tile.KC * (tile.BN + 1)
 
 
+def row_shared_bytes(tile, s_max):
+    """The static shared memory of build_row's block: the input row and the two chunk buffers."""
+    return 4 * (s_max + 2 * row_buffer(tile)[1])
+
+
 def row_tile_for(n_cols, s_max):
     """The row tile the sweep timed fastest at GPT-2's widths: 4 outputs a block for 768 (192 blocks,
     long chunks: the 3,072-step sum of mlp.c_proj has 6), 8 up to 4 x 768, 32 for the vocabulary. Where the input row (s_max
     floats) and the two chunk buffers would pass a block's shared memory (d_model over 1024),
     the chunks get shorter: a chunk is only what is staged at a time, the sum's order is the same."""
     tile = ROW_NARROW if n_cols <= 1024 else ROW_MID if n_cols <= 4096 else ROW_WIDE
-    while 4 * (s_max + 2 * row_buffer(tile)[1]) > ROW_SHARED_BYTES and tile.KC > 1:
+    while row_shared_bytes(tile, s_max) > ROW_SHARED_BYTES and tile.KC > 1:
         tile = tile._replace(KC=tile.KC // 2)
     return tile
 

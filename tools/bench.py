@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from logcompare import compare_runs  # noqa: E402
 from microgpt_numba.cli import ENGINES  # noqa: E402
 from ncu_summary import read as read_ncu  # noqa: E402
-from tool_cli import OneLineParser, UsageError, path_arg, positive_int  # noqa: E402
+from tool_cli import OneLineParser, parsed, path_arg, positive_int  # noqa: E402
 
 
 RUN_TIMEOUT_S = 300
@@ -392,10 +392,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    try:
-        args = parse_args(argv)
-    except UsageError as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
+    args = parsed(parse_args, argv, "bench")
+    if args is None:
         return 2
     if args.out is not None:  # made before any entry runs: a file in the way fails now, in one line
         try:

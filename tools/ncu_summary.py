@@ -13,7 +13,7 @@ import re
 import sys
 from collections import defaultdict
 
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg
+from tool_cli import OneLineParser, not_a_file, parsed, path_arg
 
 COLUMNS = ("Kernel Name", "Metric Name", "Metric Value")
 
@@ -59,10 +59,8 @@ def read(path):
 def main(argv=None):
     ap = OneLineParser(prog="ncu_summary.py", description=__doc__.splitlines()[0])
     ap.add_argument("csv", type=path_arg)
-    try:
-        args = ap.parse_args(argv)
-    except UsageError as exc:
-        print(f"ncu_summary: error: {exc}", file=sys.stderr)
+    args = parsed(ap.parse_args, argv, "ncu_summary")
+    if args is None:
         return 2
     per = defaultdict(list)
     for name, ns in read(args.csv):

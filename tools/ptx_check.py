@@ -36,7 +36,7 @@ from tf_numba import kernels as tf_kernels  # noqa: E402
 from tf_numba.launch import BLOCK  # noqa: E402
 from tf_numba import matmul as tf_matmul  # noqa: E402
 from tf_matmul_sweep import SHAPES  # noqa: E402
-from tool_cli import OneLineParser, UsageError  # noqa: E402
+from tool_cli import OneLineParser, parsed  # noqa: E402
 
 CC = (9, 0)
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
@@ -88,7 +88,7 @@ KERNELS = [
     for name, tile, s_max, fused, epilogue in sorted(
         {(kind, tf_matmul.row_tile_for(cols, tf_matmul.row_s_max(S)), tf_matmul.row_s_max(S), fused, epilogue)
          for kind, cols, S in ROW_SHAPES for fused in (True, False)
-         for epilogue in (("", "gelu", "add") if kind == "tf_fc" else ("",))})
+         for epilogue in ((None, "gelu", "add") if kind == "tf_fc" else (None,))}, key=str)
 ]
 
 
@@ -113,10 +113,8 @@ def compile_errors():
 
 
 def main(argv=None):
-    try:
-        OneLineParser(prog="ptx_check.py", description=__doc__.splitlines()[0]).parse_args(argv)
-    except UsageError as exc:
-        print(f"ptx_check: error: {exc}", file=sys.stderr)
+    if parsed(OneLineParser(prog="ptx_check.py", description=__doc__.splitlines()[0]).parse_args, argv,
+              "ptx_check") is None:
         return 2
     if config.ENABLE_CUDASIM:
         print("ptx_check: error: unset NUMBA_ENABLE_CUDASIM; the simulator compiles nothing", file=sys.stderr)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, unwritable  # noqa: E402
+from tool_cli import OneLineParser, UsageError, not_a_file, parsed, path_arg, unwritable  # noqa: E402
 from tf_numba.assets import AssetError, encode_prompt, gpt2_encoding  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
 
@@ -399,10 +399,8 @@ def terminated(signum, frame):
 
 
 def main(argv=None):
-    try:
-        args = parse_args(argv)
-    except UsageError as exc:
-        print(f"tf_assets.py: error: {exc}", file=sys.stderr)
+    args = parsed(parse_args, argv, "tf_assets.py")
+    if args is None:
         return 2
     previous = signal.signal(signal.SIGTERM, terminated)
     try:

@@ -10,7 +10,7 @@ Exit status: 0 done; 1 assets that cannot be read; 2 a usage error.
 """
 import sys
 
-from tool_cli import OneLineParser, UsageError, path_arg, positive_int
+from tool_cli import OneLineParser, parsed, path_arg, positive_int
 
 from tf_numba import assets  # noqa: E402  (tool_cli put the checkout on sys.path)
 from tf_numba.fp import FP_MODELS
@@ -24,10 +24,8 @@ def main(argv=None):
     ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
     ap.add_argument("--tokens", type=positive_int, default=3, help="tokens of the profiled call (one prefill, "
                     "then a decode step per further token)")
-    try:
-        args = ap.parse_args(argv)
-    except UsageError as exc:
-        print(f"tf_decode_profile: error: {exc}", file=sys.stderr)
+    args = parsed(ap.parse_args, argv, "tf_decode_profile")
+    if args is None:
         return 2
     try:
         cfg, tensors = assets.load_model(args.assets / "model.safetensors")

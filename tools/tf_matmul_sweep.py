@@ -21,7 +21,7 @@ from numba import cuda  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
-from tool_cli import OneLineParser, UsageError, path_arg, unwritable  # noqa: E402
+from tool_cli import OneLineParser, parsed, path_arg, unwritable  # noqa: E402
 
 T, D, V = 64, 768, 50257
 # (kind, rows, cols, sum length, a's shape, b's shape, how many a GPT-2 step runs)
@@ -92,7 +92,7 @@ def sweep_rows(fused):
         chosen = M.row_tile_for(cols, s_max)
         times, bits = {}, None
         for tile in dict.fromkeys([chosen] + ROW_CANDIDATES[kind]):
-            if 4 * (s_max + 2 * M.row_buffer(tile)[1]) > M.ROW_SHARED_BYTES:
+            if M.row_shared_bytes(tile, s_max) > M.ROW_SHARED_BYTES:
                 continue
             out = cuda.to_device(np.zeros((4, cols), dtype=np.float32))
             kernel = M.build_row(kind, tile, fused, s_max)
@@ -125,10 +125,8 @@ def main(argv=None):
     ap.add_argument("--row", action="store_true", help="the one-row kernel at the decode step's shapes")
     ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
     ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
-    try:
-        args = ap.parse_args(argv)
-    except UsageError as exc:
-        print(f"tf_matmul_sweep: error: {exc}", file=sys.stderr)
+    args = parsed(ap.parse_args, argv, "tf_matmul_sweep")
+    if args is None:
         return 2
     problem = args.out and unwritable(args.out)
     if problem:  # before the sweep, not after it

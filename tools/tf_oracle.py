@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tf_assets import ToolError, check_out, sha256, write_files  # noqa: E402
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, positive_int, same_paths  # noqa: E402
+from tool_cli import OneLineParser, not_a_file, parsed, path_arg, positive_int, same_paths  # noqa: E402
 from tf_numba.assets import AssetError, config_from_header, load_data, load_enc, read_header  # noqa: E402
 from tf_numba.checkpoints import checkpoints  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, Config  # noqa: E402
@@ -257,10 +257,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    try:
-        args = parse_args(argv)
-    except UsageError as exc:
-        print(f"tf_oracle.py: error: {exc}", file=sys.stderr)
+    args = parsed(parse_args, argv, "tf_oracle.py")
+    if args is None:
         return 2
     command = shlex.join(["python", "tools/tf_oracle.py", *(sys.argv[1:] if argv is None else argv)])
     try:

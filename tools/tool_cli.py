@@ -25,6 +25,16 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+def parsed(parse, argv, name):
+    """parse(argv); or, for a bad command line, None after its one line `NAME: error: ...` on
+    stderr (the tool then exits 2)."""
+    try:
+        return parse(argv)
+    except UsageError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return None
+
+
 def path_arg(text):
     """argparse type of a path option, as a Path: an empty one is refused, as Path('') would be
     the current folder."""
