@@ -35,11 +35,14 @@ import numpy as np
 from numba import config, cuda
 
 from cudakit.devmath import mad, mul
+from cudakit.vector import SHARED_ALIGN, vector_load
 
 from .kernels import U1, gelu, staged_dot
 
 f32 = np.float32
 ZERO = f32(0.0)
+VEC = 4  # summation steps a full chunk reads at a time
+PAD = 4  # floats after each staged row: rows stay 16 bytes aligned
 
 # a_trans: A(i, s) is a[s, i]; b_by_output: B(s, j) is b[j, s]; start_out: the sums start from what
 # out holds (gradients accumulate), else from start[j]; scaled_product: (A * B) * scale is the term;
@@ -134,11 +137,22 @@ def build(name, tile, fused):
     """The kernel for KINDS[name] with this tile and fp model (compiled at its first launch)."""
     a_trans, b_by_output, start_out, scaled_product, scaled_result = KINDS[name]
     TM, TN, RT, CT, BK = tile
+    assert BK % VEC == 0
     BM, BN, NT = TM * RT, TN * CT, RT * CT
-    # One spare column, so the staging stores that run down a column hit distinct banks.
-    A_COLS, B_COLS = BM + 1, BN + 1
-    A_SIZE, B_SIZE = BK * A_COLS, BK * B_COLS
+    # Each operand is staged in its own memory order, so both the copy and the stores run along
+    # consecutive addresses. Rows are padded to keep them 16 bytes aligned for the vector loads.
+    # A: a[s, i] rows of BM outputs (a_trans), else a[i, s] rows of BK steps; B likewise.
+    A_ROW = BM + PAD if a_trans else BK + PAD
+    B_ROW = BK + PAD if b_by_output else BN + PAD
+    A_SIZE = BK * A_ROW if a_trans else BM * A_ROW
+    B_SIZE = BN * B_ROW if b_by_output else BK * B_ROW
     A_LOADS, B_LOADS = -(-BK * BM // NT), -(-BK * BN // NT)  # staged values per thread and chunk
+    # A thread's outputs are neighbours (rows ty*TM + m, columns tx*TN + n), and a full chunk is
+    # read VEC steps at a time: one vector load per row where an operand runs along s, one per
+    # step (TM or TN wide) where it runs along the outputs.
+    AV, BV = TM * VEC, TN * VEC  # the staged values of VEC steps in registers
+    load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
+    load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
 
     @cuda.jit(device=True)
     def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
@@ -167,39 +181,61 @@ def build(name, tile, fused):
 
     @cuda.jit(device=True)
     def stage(sa, sb, t, ra, rb):
-        """The fetched registers into shared memory: sa[s * A_COLS + i], sb[s * B_COLS + j]."""
+        """The fetched registers into shared memory, in the order they were read."""
         for r in range(A_LOADS):
             q = t + r * NT
             if q < BK * BM:
                 if a_trans:
-                    sa[(q // BM) * A_COLS + q % BM] = ra[r]
+                    sa[(q // BM) * A_ROW + q % BM] = ra[r]
                 else:
-                    sa[(q % BK) * A_COLS + q // BK] = ra[r]
+                    sa[(q // BK) * A_ROW + q % BK] = ra[r]
         for r in range(B_LOADS):
             q = t + r * NT
             if q < BK * BN:
                 if b_by_output:
-                    sb[(q % BK) * B_COLS + q // BK] = rb[r]
+                    sb[(q // BK) * B_ROW + q % BK] = rb[r]
                 else:
-                    sb[(q // BN) * B_COLS + q % BN] = rb[r]
+                    sb[(q // BN) * B_ROW + q % BN] = rb[r]
 
     @cuda.jit(device=True)
-    def step(sa, sb, ss, tx, ty, av, bv, acc, scale):
-        """Summation step ss of the staged chunk for the thread's TM x TN outputs."""
-        # Unsigned flat offsets: Numba adds no negative-index fix-up to them, and each load below is
-        # then one base address plus a constant.
-        a_row = np.uint64(ss * A_COLS + ty)
-        b_row = np.uint64(ss * B_COLS + tx)
-        for m in range(TM):
-            av[m] = sa[a_row + np.uint64(m * RT)]
-        for n in range(TN):
-            bv[n] = sb[b_row + np.uint64(n * CT)]
+    def terms(av, bv, k, acc, scale):
+        """Step k of the staged values: one term added to each of the thread's outputs."""
         for m in range(TM):
             for n in range(TN):
                 if scaled_product:
-                    acc[m, n] = mad(fused, mul(av[m], bv[n]), scale, acc[m, n])
+                    acc[m, n] = mad(fused, mul(av[m * VEC + k], bv[n * VEC + k]), scale, acc[m, n])
                 else:
-                    acc[m, n] = mad(fused, av[m], bv[n], acc[m, n])
+                    acc[m, n] = mad(fused, av[m * VEC + k], bv[n * VEC + k], acc[m, n])
+
+    @cuda.jit(device=True)
+    def steps(sa, sb, ss, tx, ty, av, bv, acc, scale):
+        """Steps ss .. ss + VEC - 1 of a full chunk (ss a multiple of VEC), each in order."""
+        # Unsigned offsets: Numba adds no negative-index fix-up to them.
+        if a_trans:
+            for k in range(VEC):
+                load_a(av, np.uint64(k), sa, np.uint64((ss + k) * A_ROW + ty * TM))
+        else:
+            for m in range(TM):
+                load_a(av, np.uint64(m * VEC), sa, np.uint64((ty * TM + m) * A_ROW + ss))
+        if b_by_output:
+            for n in range(TN):
+                load_b(bv, np.uint64(n * VEC), sb, np.uint64((tx * TN + n) * B_ROW + ss))
+        else:
+            for k in range(VEC):
+                load_b(bv, np.uint64(k), sb, np.uint64((ss + k) * B_ROW + tx * TN))
+        for k in range(VEC):
+            terms(av, bv, k, acc, scale)
+
+    @cuda.jit(device=True)
+    def step(sa, sb, ss, tx, ty, av, bv, acc, scale):
+        """Step ss alone (the last, partial chunk)."""
+        for m in range(TM):
+            i = ty * TM + m
+            av[m * VEC] = sa[np.uint64(ss * A_ROW + i)] if a_trans else sa[np.uint64(i * A_ROW + ss)]
+        for n in range(TN):
+            j = tx * TN + n
+            bv[n * VEC] = sb[np.uint64(j * B_ROW + ss)] if b_by_output else sb[np.uint64(ss * B_ROW + j)]
+        terms(av, bv, 0, acc, scale)
 
     def kernel(a, b, start, out, rows, S, scale):
         """out[i, j] for rows[0] <= i < rows[1] (device memory, so a recorded pass can move them)
@@ -210,17 +246,17 @@ def build(name, tile, fused):
         i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
-        sa = cuda.shared.array(A_SIZE, np.float32)
-        sb = cuda.shared.array(B_SIZE, np.float32)
+        sa = cuda.shared.array(A_SIZE, np.float32, alignment=SHARED_ALIGN)
+        sb = cuda.shared.array(B_SIZE, np.float32, alignment=SHARED_ALIGN)
         ra = cuda.local.array(A_LOADS, np.float32)
         rb = cuda.local.array(B_LOADS, np.float32)
         acc = cuda.local.array((TM, TN), np.float32)
-        av = cuda.local.array(TM, np.float32)
-        bv = cuda.local.array(TN, np.float32)
+        av = cuda.local.array(AV, np.float32)
+        bv = cuda.local.array(BV, np.float32)
         for m in range(TM):
-            i = i0 + ty + m * RT
+            i = i0 + ty * TM + m
             for n in range(TN):
-                j = j0 + tx + n * CT
+                j = j0 + tx * TN + n
                 if start_out:
                     acc[m, n] = out[i, j] if i < i_end and j < N else ZERO
                 else:
@@ -232,16 +268,16 @@ def build(name, tile, fused):
             if s0 + BK < S:  # the next chunk's loads fly while this one is summed
                 fetch(a, b, s0 + BK, S, i0, i_end, j0, N, t, ra, rb)
             if s0 + BK <= S:  # a whole chunk: a constant trip count, unrolled, so every load is base + constant
-                for ss in range(BK):
-                    step(sa, sb, ss, tx, ty, av, bv, acc, scale)
+                for g in range(BK // VEC):
+                    steps(sa, sb, g * VEC, tx, ty, av, bv, acc, scale)
             else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
                 for ss in range(S - s0):
                     step(sa, sb, ss, tx, ty, av, bv, acc, scale)
             cuda.syncthreads()
         for m in range(TM):
-            i = i0 + ty + m * RT
+            i = i0 + ty * TM + m
             for n in range(TN):
-                j = j0 + tx + n * CT
+                j = j0 + tx * TN + n
                 if i < i_end and j < N:
                     out[i, j] = mul(acc[m, n], scale) if scaled_result else acc[m, n]
 

@@ -36,12 +36,29 @@ SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding_back_dwte", V, D, T, (T, V), (T, D), 1)]
 CANDIDATES = {
     "wide": M.WIDE, "narrow": M.NARROW, "long": M.LONG, "row": M.ROW,
-    "1x1/8x32/32": M.Tile(1, 1, 8, 32, 32), "2x2/16x16/32": M.Tile(2, 2, 16, 16, 32),
-    "4x4/16x16/32": M.Tile(4, 4, 16, 16, 32), "2x2/8x16/32": M.Tile(2, 2, 8, 16, 32),
-    "2x2/8x8/32": M.Tile(2, 2, 8, 8, 32), "1x1/16x16/16": M.Tile(1, 1, 16, 16, 16),
-    "2x1/16x16/32": M.Tile(2, 1, 16, 16, 32), "1x2/8x32/32": M.Tile(1, 2, 8, 32, 32),
-    "4x4/8x16/16": M.Tile(4, 4, 8, 16, 16), "4x2/16x16/16": M.Tile(4, 2, 16, 16, 16),
+    "2x2/8x8/64": M.Tile(2, 2, 8, 8, 64), "2x2/8x8/128": M.Tile(2, 2, 8, 8, 128),
+    "1x2/8x16/64": M.Tile(1, 2, 8, 16, 64), "2x1/8x16/64": M.Tile(2, 1, 8, 16, 64),
+    "2x2/8x16/64": M.Tile(2, 2, 8, 16, 64), "2x4/8x16/32": M.Tile(2, 4, 8, 16, 32),
+    "4x4/8x8/64": M.Tile(4, 4, 8, 8, 64), "4x4/16x16/32": M.Tile(4, 4, 16, 16, 32),
+    "4x4/8x16/32": M.Tile(4, 4, 8, 16, 32), "1x1/16x16/64": M.Tile(1, 1, 16, 16, 64),
 }
+MANY_OUTPUTS = ["wide", "narrow", "4x4/8x8/64", "4x4/16x16/32", "4x4/8x16/32", "2x4/8x16/32", "2x2/8x16/64"]
+T_ROWS = ["narrow", "long", "2x2/8x8/64", "2x2/8x8/128", "1x2/8x16/64", "2x1/8x16/64", "2x2/8x16/64", "2x4/8x16/32",
+          "1x1/16x16/64", "4x4/8x8/64"]
+
+
+def candidates(kind, rows, cols, chosen):
+    """The tiles worth timing at a shape: big ones where there are millions of outputs (weight
+    gradients, the training unembedding), small ones for T rows, and the tile tile_for picks."""
+    labels = ["row"] if rows == 1 else MANY_OUTPUTS if rows * cols > 1 << 20 else T_ROWS
+    chosen_label = next(k for k, v in CANDIDATES.items() if v == chosen)
+    return chosen_label, list(dict.fromkeys([chosen_label] + labels))
+
+
+# the operand a pass streams from memory (a weight, or the weight gradient it adds to), which the
+# sweep cycles through copies of, past the L2, as a pass does; the rest stays in L2 as in a pass
+STREAMED = {"tf_fc": "b", "tf_fc_back_din": "b", "tf_unembedding": "b", "tf_unembedding_back_din": "b",
+            "tf_fc_back_dweight": "out", "tf_unembedding_back_dwte": "out"}
 
 
 # the decode step's one-row products: (kind, cols, sum length, b's shape, launches per decode step)
@@ -143,28 +160,34 @@ def main(argv=None):
     results, total_chosen, total_best = [], 0.0, 0.0
     for kind, rows, cols, S, a_shape, b_shape, per_step in SHAPES:
         a = cuda.to_device(rng.standard_normal(a_shape, dtype=np.float32))
-        b = cuda.to_device(rng.standard_normal(b_shape, dtype=np.float32))
+        host_b = rng.standard_normal(b_shape, dtype=np.float32)
         start = cuda.to_device(rng.standard_normal(max(cols, 1), dtype=np.float32))
         first = rows - 1 if rows == 1 else 0
         row_range = cuda.to_device(np.array([first, first + rows], dtype=np.int64))
         init = rng.standard_normal((max(rows, T), cols), dtype=np.float32)
+        streamed = host_b if STREAMED[kind] == "b" else init
+        copies = max(1, -(-L2_SPILL // streamed.nbytes))
+        bs = [cuda.to_device(host_b) for _ in range(copies if STREAMED[kind] == "b" else 1)]
         times, bits = {}, None
-        chosen = M.tile_for(kind, rows, cols, S, fused)
-        for label, tile in CANDIDATES.items():
-            out = cuda.to_device(init)
+        chosen_label, labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
+        for label in labels:
+            tile = CANDIDATES[label]
             grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
             kernel = M.build(kind, tile, fused)
-            launch_args = (a, b, start, out, row_range, S, np.float32(0.5))
-            kernel[grid, (tile.CT, tile.RT)](*launch_args)  # compiles it, and gives the bits (from a clean out)
+            outs = [cuda.to_device(init) for _ in range(1 if STREAMED[kind] == "b" else copies)]
+            launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5))
+                           for r in range(copies)]
+            out = outs[0]
+            kernel[grid, (tile.CT, tile.RT)](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
             got = out.copy_to_host()
-            us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args)
+            us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args, repeats=4 * copies)
+            del launch_args
             if bits is None:
                 bits = got
             elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):
                 raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: tile {label} gives other bits")
             times[label] = round(us, 1)
         best = min(times, key=times.get)
-        chosen_label = next(k for k, v in CANDIDATES.items() if v == chosen)
         total_chosen += per_step * times[chosen_label]
         total_best += per_step * times[best]
         flop = 2.0 * rows * cols * S

@@ -19,6 +19,7 @@ from tf_numba import matmul as M
 from tf_numba.config import GPT2
 
 SMALL = M.Tile(1, 2, 2, 2, 4)
+SMALL_2 = M.Tile(2, 1, 2, 2, 8)  # two rows a thread: the vector loads across outputs
 SMALL_ROW = M.RowTile(4, 3, 4)  # several blocks, and chunks that end ragged
 SIM_SHAPE = SimpleNamespace(T=5, D=7, N=9, V=11)
 GPU_SHAPES = [SimpleNamespace(T=64, D=GPT2.d_model, N=n, V=GPT2.d_vocab) for n in (3 * 768, 768, 4 * 768)] + \
@@ -135,12 +136,12 @@ def check(routine, shape, fused):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="simulator shapes; a GPU runs GPT-2's")
-@pytest.mark.parametrize("small_tile", [False, True], ids=["tile_for", "small_tile"])
+@pytest.mark.parametrize("small_tile", [None, SMALL, SMALL_2], ids=["tile_for", "small_tile", "small_tile_2"])
 @pytest.mark.parametrize("fused", FUSED)
 @pytest.mark.parametrize("routine", list(ROUTINES))
 def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
     if small_tile:
-        monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: SMALL)
+        monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: small_tile)
         monkeypatch.setattr(M, "row_tile_for", lambda n_cols, s_max: SMALL_ROW)
     check(routine, SIM_SHAPE, fused)
 
