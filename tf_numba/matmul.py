@@ -40,6 +40,7 @@ from cudakit.vector import SHARED_ALIGN, vector_load
 from .kernels import U1, gelu, staged_dot
 
 f32 = np.float32
+U = np.uint64
 ZERO = f32(0.0)
 VEC = 4  # summation steps a full chunk reads at a time
 PAD = 4  # floats after each staged row: rows stay 16 bytes aligned
@@ -147,6 +148,7 @@ def build(name, tile, fused):
     A_SIZE = BK * A_ROW if a_trans else BM * A_ROW
     B_SIZE = BN * B_ROW if b_by_output else BK * B_ROW
     A_LOADS, B_LOADS = -(-BK * BM // NT), -(-BK * BN // NT)  # staged values per thread and chunk
+    A_EXACT, B_EXACT = BK * BM % NT == 0, BK * BN % NT == 0  # every thread stages the same count
     # A thread's outputs are neighbours (rows ty*TM + m, columns tx*TN + n), and a full chunk is
     # read VEC steps at a time: one vector load per row where an operand runs along s, one per
     # step (TM or TN wide) where it runs along the outputs.
@@ -154,48 +156,57 @@ def build(name, tile, fused):
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
 
-    @cuda.jit(device=True)
-    def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
+    def make_fetch(full):
         """Chunk s0's values of A and B into registers, all loads in flight at once (zeros past
-        the edges: staged, never summed). Consecutive threads read consecutive addresses."""
-        for r in range(A_LOADS):
-            q = t + r * NT
-            if a_trans:
-                ss, ii = q // BM, q % BM
-                ok = q < BK * BM and s0 + ss < S and i0 + ii < i_end
-                ra[r] = a[s0 + ss, i0 + ii] if ok else ZERO
-            else:
-                ii, ss = q // BK, q % BK
-                ok = q < BK * BM and s0 + ss < S and i0 + ii < i_end
-                ra[r] = a[i0 + ii, s0 + ss] if ok else ZERO
-        for r in range(B_LOADS):
-            q = t + r * NT
-            if b_by_output:
-                jj, ss = q // BK, q % BK
-                ok = q < BK * BN and s0 + ss < S and j0 + jj < N
-                rb[r] = b[j0 + jj, s0 + ss] if ok else ZERO
-            else:
-                ss, jj = q // BN, q % BN
-                ok = q < BK * BN and s0 + ss < S and j0 + jj < N
-                rb[r] = b[s0 + ss, j0 + jj] if ok else ZERO
+        the edges: staged, never summed). Consecutive threads read consecutive addresses. Every
+        index is unsigned (no negative-index fix-ups), and a `full` chunk skips the check on s."""
+
+        @cuda.jit(device=True)
+        def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
+            for r in range(A_LOADS):
+                q = t + U(r * NT)
+                if a_trans:
+                    ss, ii = q // U(BM), q % U(BM)
+                else:
+                    ii, ss = q // U(BK), q % U(BK)
+                ok = (A_EXACT or q < U(BK * BM)) and (full or s0 + ss < S) and i0 + ii < i_end
+                if a_trans:
+                    ra[r] = a[s0 + ss, i0 + ii] if ok else ZERO
+                else:
+                    ra[r] = a[i0 + ii, s0 + ss] if ok else ZERO
+            for r in range(B_LOADS):
+                q = t + U(r * NT)
+                if b_by_output:
+                    jj, ss = q // U(BK), q % U(BK)
+                else:
+                    ss, jj = q // U(BN), q % U(BN)
+                ok = (B_EXACT or q < U(BK * BN)) and (full or s0 + ss < S) and j0 + jj < N
+                if b_by_output:
+                    rb[r] = b[j0 + jj, s0 + ss] if ok else ZERO
+                else:
+                    rb[r] = b[s0 + ss, j0 + jj] if ok else ZERO
+
+        return fetch
+
+    fetch_full, fetch_edge = make_fetch(True), make_fetch(False)
 
     @cuda.jit(device=True)
     def stage(sa, sb, t, ra, rb):
         """The fetched registers into shared memory, in the order they were read."""
         for r in range(A_LOADS):
-            q = t + r * NT
-            if q < BK * BM:
+            q = t + U(r * NT)
+            if A_EXACT or q < U(BK * BM):
                 if a_trans:
-                    sa[(q // BM) * A_ROW + q % BM] = ra[r]
+                    sa[(q // U(BM)) * U(A_ROW) + q % U(BM)] = ra[r]
                 else:
-                    sa[(q // BK) * A_ROW + q % BK] = ra[r]
+                    sa[(q // U(BK)) * U(A_ROW) + q % U(BK)] = ra[r]
         for r in range(B_LOADS):
-            q = t + r * NT
-            if q < BK * BN:
+            q = t + U(r * NT)
+            if B_EXACT or q < U(BK * BN):
                 if b_by_output:
-                    sb[(q // BK) * B_ROW + q % BK] = rb[r]
+                    sb[(q // U(BK)) * U(B_ROW) + q % U(BK)] = rb[r]
                 else:
-                    sb[(q // BN) * B_ROW + q % BN] = rb[r]
+                    sb[(q // U(BN)) * U(B_ROW) + q % U(BN)] = rb[r]
 
     @cuda.jit(device=True)
     def terms(av, bv, k, acc, scale):
@@ -261,12 +272,19 @@ def build(name, tile, fused):
                     acc[m, n] = out[i, j] if i < i_end and j < N else ZERO
                 else:
                     acc[m, n] = start[j] if j < N else ZERO
-        fetch(a, b, 0, S, i0, i_end, j0, N, t, ra, rb)
+        # the staging's indices, unsigned
+        tu, Su, i0u, i_endu, j0u, Nu = U(t), U(S), U(i0), U(i_end), U(j0), U(N)
+        if BK <= S:
+            fetch_full(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
+        else:
+            fetch_edge(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
         for s0 in range(0, S, BK):
-            stage(sa, sb, t, ra, rb)
+            stage(sa, sb, tu, ra, rb)
             cuda.syncthreads()
-            if s0 + BK < S:  # the next chunk's loads fly while this one is summed
-                fetch(a, b, s0 + BK, S, i0, i_end, j0, N, t, ra, rb)
+            if s0 + 2 * BK <= S:  # the next chunk's loads fly while this one is summed
+                fetch_full(a, b, U(s0 + BK), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
+            elif s0 + BK < S:
+                fetch_edge(a, b, U(s0 + BK), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
             if s0 + BK <= S:  # a whole chunk: a constant trip count, unrolled, so every load is base + constant
                 for g in range(BK // VEC):
                     steps(sa, sb, g * VEC, tx, ty, av, bv, acc, scale)
