@@ -149,6 +149,7 @@ def build(name, tile, fused):
     B_SIZE = BN * B_ROW if b_by_output else BK * B_ROW
     A_LOADS, B_LOADS = -(-BK * BM // NT), -(-BK * BN // NT)  # staged values per thread and chunk
     A_EXACT, B_EXACT = BK * BM % NT == 0, BK * BN % NT == 0  # every thread stages the same count
+    A_BUFS, B_BUFS = 2 * A_SIZE, 2 * B_SIZE
     # A thread's outputs are neighbours (rows ty*TM + m, columns tx*TN + n), and a full chunk is
     # read VEC steps at a time: one vector load per row where an operand runs along s, one per
     # step (TM or TN wide) where it runs along the outputs.
@@ -191,22 +192,22 @@ def build(name, tile, fused):
     fetch_full, fetch_edge = make_fetch(True), make_fetch(False)
 
     @cuda.jit(device=True)
-    def stage(sa, sb, t, ra, rb):
-        """The fetched registers into shared memory, in the order they were read."""
+    def stage(sa, sb, ab, bb, t, ra, rb):
+        """The fetched registers into the shared buffers at ab and bb, in the order they were read."""
         for r in range(A_LOADS):
             q = t + U(r * NT)
             if A_EXACT or q < U(BK * BM):
                 if a_trans:
-                    sa[(q // U(BM)) * U(A_ROW) + q % U(BM)] = ra[r]
+                    sa[ab + (q // U(BM)) * U(A_ROW) + q % U(BM)] = ra[r]
                 else:
-                    sa[(q // U(BK)) * U(A_ROW) + q % U(BK)] = ra[r]
+                    sa[ab + (q // U(BK)) * U(A_ROW) + q % U(BK)] = ra[r]
         for r in range(B_LOADS):
             q = t + U(r * NT)
             if B_EXACT or q < U(BK * BN):
                 if b_by_output:
-                    sb[(q // U(BK)) * U(B_ROW) + q % U(BK)] = rb[r]
+                    sb[bb + (q // U(BK)) * U(B_ROW) + q % U(BK)] = rb[r]
                 else:
-                    sb[(q // U(BN)) * U(B_ROW) + q % U(BN)] = rb[r]
+                    sb[bb + (q // U(BN)) * U(B_ROW) + q % U(BN)] = rb[r]
 
     @cuda.jit(device=True)
     def terms(av, bv, k, acc, scale):
@@ -219,34 +220,54 @@ def build(name, tile, fused):
                     acc[m, n] = mad(fused, av[m * VEC + k], bv[n * VEC + k], acc[m, n])
 
     @cuda.jit(device=True)
-    def steps(sa, sb, ss, tx, ty, av, bv, acc, scale):
+    def steps(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale):
         """Steps ss .. ss + VEC - 1 of a full chunk (ss a multiple of VEC), each in order."""
         # Unsigned offsets: Numba adds no negative-index fix-up to them.
         if a_trans:
             for k in range(VEC):
-                load_a(av, np.uint64(k), sa, np.uint64((ss + k) * A_ROW + ty * TM))
+                load_a(av, U(k), sa, ab + U((ss + k) * A_ROW + ty * TM))
         else:
             for m in range(TM):
-                load_a(av, np.uint64(m * VEC), sa, np.uint64((ty * TM + m) * A_ROW + ss))
+                load_a(av, U(m * VEC), sa, ab + U((ty * TM + m) * A_ROW + ss))
         if b_by_output:
             for n in range(TN):
-                load_b(bv, np.uint64(n * VEC), sb, np.uint64((tx * TN + n) * B_ROW + ss))
+                load_b(bv, U(n * VEC), sb, bb + U((tx * TN + n) * B_ROW + ss))
         else:
             for k in range(VEC):
-                load_b(bv, np.uint64(k), sb, np.uint64((ss + k) * B_ROW + tx * TN))
+                load_b(bv, U(k), sb, bb + U((ss + k) * B_ROW + tx * TN))
         for k in range(VEC):
             terms(av, bv, k, acc, scale)
 
     @cuda.jit(device=True)
-    def step(sa, sb, ss, tx, ty, av, bv, acc, scale):
+    def step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale):
         """Step ss alone (the last, partial chunk)."""
         for m in range(TM):
             i = ty * TM + m
-            av[m * VEC] = sa[np.uint64(ss * A_ROW + i)] if a_trans else sa[np.uint64(i * A_ROW + ss)]
+            av[m * VEC] = sa[ab + U(ss * A_ROW + i)] if a_trans else sa[ab + U(i * A_ROW + ss)]
         for n in range(TN):
             j = tx * TN + n
-            bv[n * VEC] = sb[np.uint64(j * B_ROW + ss)] if b_by_output else sb[np.uint64(ss * B_ROW + j)]
+            bv[n * VEC] = sb[bb + U(j * B_ROW + ss)] if b_by_output else sb[bb + U(ss * B_ROW + j)]
         terms(av, bv, 0, acc, scale)
+
+    @cuda.jit(device=True)
+    def chunk(c, ra, rb, ab, bb, a, b, sa, sb, S, i0, i_end, j0, N, t, tx, ty, av, bv, acc, scale):
+        """Chunk c: its registers staged in the buffers at ab and bb, then summed there while the
+        loads of chunk c + 2 fly in the same registers, so two chunks are in flight while one is
+        summed. The barrier also says that chunk c - 1 is summed before chunk c + 1 is staged over
+        it."""
+        stage(sa, sb, ab, bb, t, ra, rb)
+        cuda.syncthreads()
+        s0 = c * BK
+        if s0 + 3 * BK <= S:
+            fetch_full(a, b, U(s0 + 2 * BK), U(S), i0, i_end, j0, N, t, ra, rb)
+        elif s0 + 2 * BK < S:
+            fetch_edge(a, b, U(s0 + 2 * BK), U(S), i0, i_end, j0, N, t, ra, rb)
+        if s0 + BK <= S:  # a whole chunk: a constant trip count, unrolled, so every load is base + constant
+            for g in range(BK // VEC):
+                steps(sa, sb, ab, bb, g * VEC, tx, ty, av, bv, acc, scale)
+        else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
+            for ss in range(S - s0):
+                step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale)
 
     def kernel(a, b, start, out, rows, S, scale):
         """out[i, j] for rows[0] <= i < rows[1] (device memory, so a recorded pass can move them)
@@ -257,10 +278,12 @@ def build(name, tile, fused):
         i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
-        sa = cuda.shared.array(A_SIZE, np.float32, alignment=SHARED_ALIGN)
-        sb = cuda.shared.array(B_SIZE, np.float32, alignment=SHARED_ALIGN)
-        ra = cuda.local.array(A_LOADS, np.float32)
-        rb = cuda.local.array(B_LOADS, np.float32)
+        sa = cuda.shared.array(A_BUFS, np.float32, alignment=SHARED_ALIGN)  # two chunks each
+        sb = cuda.shared.array(B_BUFS, np.float32, alignment=SHARED_ALIGN)
+        ra0 = cuda.local.array(A_LOADS, np.float32)  # the even chunks' registers
+        rb0 = cuda.local.array(B_LOADS, np.float32)
+        ra1 = cuda.local.array(A_LOADS, np.float32)  # the odd chunks'
+        rb1 = cuda.local.array(B_LOADS, np.float32)
         acc = cuda.local.array((TM, TN), np.float32)
         av = cuda.local.array(AV, np.float32)
         bv = cuda.local.array(BV, np.float32)
@@ -274,24 +297,20 @@ def build(name, tile, fused):
                     acc[m, n] = start[j] if j < N else ZERO
         # the staging's indices, unsigned
         tu, Su, i0u, i_endu, j0u, Nu = U(t), U(S), U(i0), U(i_end), U(j0), U(N)
-        if BK <= S:
-            fetch_full(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
+        if BK <= S:  # chunks 0 and 1 in flight
+            fetch_full(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra0, rb0)
         else:
-            fetch_edge(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
-        for s0 in range(0, S, BK):
-            stage(sa, sb, tu, ra, rb)
-            cuda.syncthreads()
-            if s0 + 2 * BK <= S:  # the next chunk's loads fly while this one is summed
-                fetch_full(a, b, U(s0 + BK), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
-            elif s0 + BK < S:
-                fetch_edge(a, b, U(s0 + BK), Su, i0u, i_endu, j0u, Nu, tu, ra, rb)
-            if s0 + BK <= S:  # a whole chunk: a constant trip count, unrolled, so every load is base + constant
-                for g in range(BK // VEC):
-                    steps(sa, sb, g * VEC, tx, ty, av, bv, acc, scale)
-            else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
-                for ss in range(S - s0):
-                    step(sa, sb, ss, tx, ty, av, bv, acc, scale)
-            cuda.syncthreads()
+            fetch_edge(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra0, rb0)
+        if 2 * BK <= S:
+            fetch_full(a, b, U(BK), Su, i0u, i_endu, j0u, Nu, tu, ra1, rb1)
+        elif BK < S:
+            fetch_edge(a, b, U(BK), Su, i0u, i_endu, j0u, Nu, tu, ra1, rb1)
+        n_chunks = -(-S // BK)
+        for c in range(0, n_chunks, 2):
+            chunk(c, ra0, rb0, U(0), U(0), a, b, sa, sb, S, i0u, i_endu, j0u, Nu, tu, tx, ty, av, bv, acc, scale)
+            if c + 1 < n_chunks:
+                chunk(c + 1, ra1, rb1, U(A_SIZE), U(B_SIZE), a, b, sa, sb, S, i0u, i_endu, j0u, Nu, tu, tx, ty, av, bv,
+                      acc, scale)
         for m in range(TM):
             i = i0 + ty * TM + m
             for n in range(TN):
