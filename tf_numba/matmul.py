@@ -61,11 +61,13 @@ KINDS = {
 # TM x TN outputs per thread, RT x CT threads per block, BK summation steps staged at a time.
 Tile = namedtuple("Tile", "TM TN RT CT BK")
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = NARROW = LONG = ROW = Tile(16, 16, 1, 1, 32)
-else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-11-30-h200/sweep_*.json)
+    WIDE = MID = NARROW = T_WIDE = T_LONG = ROW = Tile(16, 16, 1, 1, 32)
+else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-01-h200-train/sweep_*.json)
     WIDE = Tile(4, 4, 16, 16, 16)
+    MID = Tile(4, 2, 8, 16, 32)
     NARROW = Tile(2, 2, 16, 16, 16)
-    LONG = Tile(1, 1, 16, 16, 32)
+    T_WIDE = Tile(2, 2, 8, 16, 64)
+    T_LONG = Tile(2, 1, 8, 16, 64)
     ROW = Tile(1, 1, 4, 32, 32)
 
 
@@ -110,27 +112,27 @@ def row_tile_for(n_cols, s_max):
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
-    """The tile the sweep timed fastest for GPT-2's shapes, by their kind:
+    """The tile the sweep timed fastest for GPT-2's shapes (both fp models), by their kind:
     - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
       to build_row instead): blocks of 4 x 32 threads, one output each;
-    - 50,257 rows or columns (the training unembedding, the wte gradient): big tiles, each staged
-      value used most;
-    - the weight gradients (a sum over the T samples): big tiles once there are over a million
-      outputs;
-    - T rows by a few thousand columns: one output per thread, more threads side by side, where
-      the sums are as long as the rows of outputs or longer, and under nofma at every shape
-      (measured faster there too); 2 x 2 outputs per thread otherwise.
+    - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
+    - the other weight gradients and the training unembedding: 4 x 2 outputs a thread where
+      there are over a million outputs, 2 x 2 otherwise;
+    - T rows: 2 x 2 outputs a thread for a few thousand columns, 2 x 1 for 768 columns (whose
+      sums are long, up to the vocabulary's 50,257 steps), and wherever B is read along s (the
+      input gradients: two columns a thread would read two rows of the same banks), in blocks
+      of 8 x 16 threads that stage 64 steps at a time.
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
         return ROW
-    if n_rows > 8192 or n_cols > 8192:
+    if name == "tf_unembedding_back_dwte":
         return WIDE
-    if name == "tf_fc_back_dweight":
-        return WIDE if n_rows * n_cols > 1 << 20 else NARROW
-    if sum_len >= n_cols or not fused:
-        return LONG
-    return NARROW
+    if name in ("tf_fc_back_dweight", "tf_unembedding"):
+        return MID if n_rows * n_cols > 1 << 20 else NARROW
+    if KINDS[name].b_by_output or n_cols <= 1024:
+        return T_LONG
+    return T_WIDE
 
 
 @functools.cache

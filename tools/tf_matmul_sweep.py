@@ -35,15 +35,14 @@ SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding_back_din", T, D, V, (T, V), (V, D), 1),
            ("tf_unembedding_back_dwte", V, D, T, (T, V), (T, D), 1)]
 CANDIDATES = {
-    "wide": M.WIDE, "narrow": M.NARROW, "long": M.LONG, "row": M.ROW,
-    "2x2/8x8/64": M.Tile(2, 2, 8, 8, 64), "2x1/8x16/32": M.Tile(2, 1, 8, 16, 32),
-    "1x2/8x16/64": M.Tile(1, 2, 8, 16, 64), "2x1/8x16/64": M.Tile(2, 1, 8, 16, 64),
-    "2x2/8x16/64": M.Tile(2, 2, 8, 16, 64), "2x4/8x16/32": M.Tile(2, 4, 8, 16, 32),
-    "4x2/8x16/32": M.Tile(4, 2, 8, 16, 32), "4x4/16x16/32": M.Tile(4, 4, 16, 16, 32),
+    "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "row": M.ROW,
+    "1x1/16x16/32": M.Tile(1, 1, 16, 16, 32), "2x2/8x8/64": M.Tile(2, 2, 8, 8, 64),
+    "2x1/8x16/32": M.Tile(2, 1, 8, 16, 32), "1x2/8x16/64": M.Tile(1, 2, 8, 16, 64),
+    "2x4/8x16/32": M.Tile(2, 4, 8, 16, 32), "4x4/16x16/32": M.Tile(4, 4, 16, 16, 32),
     "4x4/8x16/32": M.Tile(4, 4, 8, 16, 32), "1x1/16x16/64": M.Tile(1, 1, 16, 16, 64),
 }
-MANY_OUTPUTS = ["wide", "narrow", "4x4/16x16/32", "4x4/8x16/32", "4x2/8x16/32", "2x4/8x16/32", "2x2/8x16/64"]
-T_ROWS = ["narrow", "long", "2x2/8x8/64", "1x2/8x16/64", "2x1/8x16/64", "2x1/8x16/32", "2x2/8x16/64", "1x1/16x16/64"]
+MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/32", "4x4/8x16/32", "2x4/8x16/32", "t_wide"]
+T_ROWS = ["t_wide", "t_long", "narrow", "1x1/16x16/32", "2x2/8x8/64", "1x2/8x16/64", "2x1/8x16/32", "1x1/16x16/64"]
 
 
 def candidates(kind, rows, cols, chosen):
