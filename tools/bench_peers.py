@@ -120,8 +120,11 @@ def time_training(model, tokens, T, parts):
     if "compile" in parts:
         def compiled():
             cm = torch.compile(model, mode="reduce-overhead")
-            fwd = bench(lambda: forward(cm), warmup=5)
-            return fwd, bench(lambda: (model.zero_grad(set_to_none=False), loss_backward(cm)), warmup=5)
+            # reduce-overhead replays CUDA graphs that reuse their outputs' memory: each call starts a
+            # new step, else the backward reads a forward output that a later replay overwrote
+            step = torch.compiler.cudagraph_mark_step_begin
+            fwd = bench(lambda: (step(), forward(cm)), warmup=5)
+            return fwd, bench(lambda: (step(), model.zero_grad(set_to_none=False), loss_backward(cm)), warmup=5)
         variants.append(("torch.compile reduce-overhead, TF32 off", False, compiled))
     for name, tf32, run in variants:
         set_tf32(tf32)
