@@ -1,6 +1,6 @@
 """cudakit, the plumbing both ports share: the simulator's float32 fused multiply-add is exact (one
 rounding of a*b + c, ties included, against exact rational arithmetic rounded to nearest-even);
-mad's two profiles; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
+mad's two profiles; vector_load's neighbours; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
 Numba's advice off the terminal."""
 import os
 import subprocess
@@ -14,6 +14,7 @@ import pytest
 from numba import config, cuda
 
 from cudakit import devmath as fp
+from cudakit.vector import SHARED_ALIGN, vector_load
 from tests.conftest import PYTHONPATH, ROOT
 
 simulator_only = pytest.mark.skipif(not config.ENABLE_CUDASIM,
@@ -88,6 +89,45 @@ def test_simulator_shared_array_is_one_per_block(monkeypatch):
     assert wrong_reads() == 0
     monkeypatch.setattr(FakeCUDAShared, "array", FakeCUDAShared.array.unlocked)
     assert wrong_reads() > 0
+
+
+VL_SIZE = 64
+LOAD2, LOAD4, LOAD4_STRIDED = vector_load(2, 1), vector_load(4, 1), vector_load(4, 3)
+
+
+@cuda.jit
+def vector_load_probe(src, out):
+    """Each thread stages src, then reads 4 floats at 4 * t as one vector into out[t, 0:4], 2 at
+    2 * t into out[t, 4:6], and 4 at 4 * t again into out[t, 6], out[t, 9], out[t, 12], out[t, 15]."""
+    t = cuda.threadIdx.x
+    sh = cuda.shared.array(VL_SIZE, np.float32, alignment=SHARED_ALIGN)
+    for q in range(t, VL_SIZE, cuda.blockDim.x):
+        sh[q] = src[q]
+    cuda.syncthreads()
+    regs = cuda.local.array(16, np.float32)
+    for k in range(16):
+        regs[k] = np.float32(-1.0)
+    LOAD4(regs, np.uint64(0), sh, np.uint64(4 * t))
+    LOAD2(regs, np.uint64(4), sh, np.uint64(2 * t))
+    LOAD4_STRIDED(regs, np.uint64(6), sh, np.uint64(4 * t))
+    for k in range(16):
+        out[t, k] = regs[k]
+
+
+def test_vector_load_reads_neighbours_into_registers():
+    """The neighbours land where the stride says, and nothing else is written (GPU: one aligned
+    vector load each; simulator: the same in Python)."""
+    src = np.arange(VL_SIZE, dtype=np.float32) * np.float32(0.5)
+    threads = VL_SIZE // 4
+    out = cuda.device_array((threads, 16), np.float32)
+    vector_load_probe[1, threads](cuda.to_device(src), out)
+    got = out.copy_to_host()
+    for t in range(threads):
+        want = np.full(16, -1.0, np.float32)
+        want[0:4] = src[4 * t:4 * t + 4]
+        want[4:6] = src[2 * t:2 * t + 2]
+        want[6:16:3] = src[4 * t:4 * t + 4]
+        assert np.array_equal(got[t], want), t
 
 
 def test_byte_bounds_of_views():

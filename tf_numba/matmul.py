@@ -13,9 +13,11 @@ Six loops of tf.c are one shape of computation, out[i, j] = start + sum over s o
 The bits depend only on each output's own chain of roundings, so a kernel may compute outputs in
 any grouping as long as every output runs its whole sum alone, s ascending, from tf.c's start
 value. A block of (RT, CT) threads owns a (TM*RT, TN*CT) tile of outputs; each thread keeps TM x TN
-accumulators in registers and the block stages BK summation steps of A and B in shared memory at a
-time, so each value loaded from memory serves many outputs, and each shared-memory read several.
-Nothing is split along s. Statements that tf.c's fma build fuses are `mad` (see fp.py); the
+neighbouring accumulators in registers and the block stages BK summation steps of A and B in shared
+memory at a time, so each value loaded from memory serves many outputs. Each operand is staged in
+its memory order, and a full chunk is read four steps at a time by vector loads
+(cudakit.vector); two chunks of loads fly in two register sets while one is summed from one of two
+shared buffers. Nothing is split along s. Statements that tf.c's fma build fuses are `mad` (see fp.py); the
 unembedding backward's wte gradient rounds its product first, as its C statement does.
 
 Kernels are built per kind, tile and fp model (closure constants, so the compiler drops the

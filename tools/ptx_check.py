@@ -1,6 +1,7 @@
 """Compiles the kernels that run in large blocks, the one-row matrix kernels and the forward
 kernels generation's decode step runs, for sm_90, on a machine with the CUDA toolkit but no GPU,
-and checks with ptxas that each one can launch at its block size.
+and checks with ptxas that each one can launch at its block size, and that the tiled matrix
+kernels read their staged chunks with vector loads.
 
 The simulator runs kernels as Python and never types them, so a kernel it runs can still fail to
 compile for the GPU, or compile to more registers than its block can hold (the launch then fails
@@ -92,6 +93,20 @@ KERNELS = [
 ]
 
 
+def reads_vectors(name, tile):
+    """Whether build(name, tile) must read its staged chunks with vector loads: along s wherever an
+    operand is staged by output (its rows run along s), across the outputs where a thread has several."""
+    kind = tf_matmul.KINDS[name]
+    return not kind.a_trans or kind.b_by_output or tile.TM > 1 or tile.TN > 1
+
+
+# the tiled kernels whose PTX must hold ld.shared.v2/v4 (NVVM does not merge scalar loads by itself)
+VECTOR_KERNELS = {f"{name} {tile} {'fma' if fused else 'nofma'}"
+                  for name, tile, fused in {(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
+                                            for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)}
+                  if reads_vectors(name, tile)}
+
+
 def ptxas(path, cap):
     args = [str(PTXAS), f"-arch=sm_{CC[0]}{CC[1]}", "-v", str(path), "-o", os.devnull]
     info = subprocess.run(args + ([f"-maxrregcount={cap}"] if cap else []), capture_output=True, text=True,
@@ -143,9 +158,11 @@ def main(argv=None):
                 return 1
             fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
             fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
-            ok &= fits
+            vectors = name not in VECTOR_KERNELS or "ld.shared.v" in ptx
+            ok &= fits and vectors
             print(f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
-                  f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}")
+                  f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}"
+                  + ("" if vectors else "; NO VECTOR LOADS (the staged chunks are read one float at a time)"))
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

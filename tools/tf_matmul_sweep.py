@@ -1,7 +1,9 @@
 """Times tf_numba/matmul.py's kernels at GPT-2's shapes (T=64) under candidate tiles, on a GPU, and
 checks that every tile gives the same bits (a tile only groups outputs; each output's sum keeps
-its order, so any difference is a bug). This is how the tiles in matmul.py were chosen. With
---row it times the one-row kernel (build_row: generation's decode step) under candidate row tiles.
+its order, so any difference is a bug). This is how the tiles in matmul.py were chosen. The
+operand a pass streams from memory (a weight, or the weight gradient added to) cycles through
+copies past the L2, as in a pass; each shape class gets its own candidates. With --row it times
+the one-row kernel (build_row: generation's decode step) under candidate row tiles.
 
     python3 tools/tf_matmul_sweep.py [--row] [--fp-model fma|nofma] [--out FILE.json]
 

@@ -11,7 +11,7 @@ import io
 
 import numpy as np
 import pytest
-from numba import config, cuda
+from numba import cuda
 
 from microgpt_numba import fast
 from microgpt_numba.arena import KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Model, Scratch, TrainCache, \
