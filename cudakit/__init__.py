@@ -3,8 +3,8 @@
 - `devmath`: float32 device arithmetic whose bits are the same on the GPU and in Numba's CUDA
   simulator (separate roundings, fused multiply-add), and libdevice's functions with simulator
   stand-ins;
-- `vector`: aligned vector loads from shared memory into registers (NVVM does not merge neighbouring
-  float32 loads from a Numba shared array);
+- `vector`: aligned vector loads from shared memory into registers (NVVM merges few neighbouring
+  float32 loads from a Numba shared array by itself);
 - `stream`: where launches go (the default stream, or a CUDA graph being recorded, with branches
   beside it) and recording a graph;
 - `gpu`: whether kernels can run here, what a failing GPU raises, and the Numba warnings a user

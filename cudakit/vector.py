@@ -1,8 +1,12 @@
 """Vector loads from shared memory, with one source for the GPU and the CUDA simulator.
 
-NVVM does not merge neighbouring float32 loads from a Numba shared array into one vector load
-(checked in the PTX: four `ld.shared.f32` where `ld.shared.v4.f32` would do). A matrix kernel
-that reads 2 or 4 neighbours a step then spends its time issuing loads. `vector_load(width,
+NVVM merges neighbouring float32 loads from a Numba shared array only where it can prove them
+aligned. With Numba's default 4-byte alignment it merges none (four `ld.shared.f32` in the PTX
+where one `ld.shared.v4.f32` would do). With the array declared 16-byte aligned, it merges some
+loads across a thread's outputs, but not the 4-step runs along s of tf's forward and
+input-gradient kernels: tf_fc's T_WIDE kernel has no `ld.shared.v4` with plain indexing, and 8
+with this. A matrix kernel that reads 2 or 4 neighbours a step otherwise spends its time issuing
+loads. `vector_load(width,
 stride)` gives a device function that reads `width` neighbours with one aligned load and scatters
 them into a local (register) array. The caller promises the alignment: the shared array is declared
 with `alignment=SHARED_ALIGN` and the first index is a multiple of `width`.

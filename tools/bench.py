@@ -23,7 +23,8 @@ tf: tf_numba's forward, forward + backward (T=64) and generation (128 tokens aft
 oracle's, and after 512) on synthetic GPT-2 124M weights (--assets, or made in --out), both fp
 models checked bit for bit against the oracle fixtures, beside PyTorch on the same weights and
 tokens in the same call (eager, CUDA graph, torch.compile; HF generate with the dynamic and the
-compiled static cache: tools/bench_peers.py), with speed-ups over the fastest PyTorch variant and
+compiled static cache; llm.c's train_gpt2_fp32.cu from the shared peers folder, where --shared
+has one: tools/bench_peers.py), with speed-ups over the fastest PyTorch variant and
 over tf.c's own timers as the oracle fixtures recorded them on a CPU (tools/bench_tf.py).
 """
 import json
@@ -51,7 +52,7 @@ from tool_cli import OneLineParser, parsed, path_arg, positive_int  # noqa: E402
 
 RUN_TIMEOUT_S = 300
 ENGINE_NAMES = ("default", *ENGINES)  # no --engine, or one of python -m microgpt_numba's
-PEER_PARTS = ("eager", "graph", "compile", "generate")  # what bench_peers times
+PEER_PARTS = ("eager", "graph", "compile", "generate", "llmc")  # what bench_peers times
 
 
 class BenchError(Exception):
@@ -276,6 +277,17 @@ def bench_tf(args, out_dir, save):
             peers["generate"] = bench_peers.time_generate(model, oracle["prompt"], oracle["generate"])
     except ImportError as exc:  # keep our numbers
         result["pytorch"] = {"skipped": f"{exc}: torch and transformers are needed for the PyTorch peers"}
+    if "llmc" in args.peers.split(","):
+        import bench_peers
+
+        try:
+            peers_dir = shared_dir(args) / "anchors" / "peers"
+        except BenchError as exc:
+            result["llmc"] = {"skipped": str(exc)}
+        else:
+            result["llmc"] = bench_peers.time_llmc(peers_dir, assets_dir / "model.safetensors", assets_dir / "data",
+                                                   out_dir / "llmc_build")
+        save(result)
     ours_vs_peers(result)
     return result
 
@@ -340,6 +352,12 @@ def tf_markdown(result):
                      f"(first calls {v.get('first_calls_s', '')}) | | |")
     if "skipped" in peers:
         lines.append(f"| skipped: {peers['skipped']} | | | |")
+    llmc = result.get("llmc", {})
+    for name, v in llmc.items():
+        if name != "skipped":
+            lines.append(f"| {name} | {v.get('forward_ms', '')} | {v.get('forward_backward_ms', '')} | |")
+    if "skipped" in llmc:
+        lines.append(f"| llm.c skipped: {llmc['skipped']} | | | |")
     for fp_model, r in result["runs"].items():
         if "tf_c_seconds" in r:
             c = r["tf_c_seconds"]

@@ -93,18 +93,21 @@ KERNELS = [
 ]
 
 
-def reads_vectors(name, tile):
-    """Whether build(name, tile) must read its staged chunks with vector loads: along s wherever an
-    operand is staged by output (its rows run along s), across the outputs where a thread has several."""
+def vector_load_needed(name, tile):
+    """The load build(name, tile)'s PTX must hold: "ld.shared.v4" where an operand is staged by
+    output and read 4 steps at a time (NVVM merges none of those scalar loads by itself: tf_fc's
+    T_WIDE kernel had 0 of them without cudakit.vector), "ld.shared.v" where only a thread's
+    neighbouring outputs are read together, None where a thread reads one float at a time."""
     kind = tf_matmul.KINDS[name]
-    return not kind.a_trans or kind.b_by_output or tile.TM > 1 or tile.TN > 1
+    if not kind.a_trans or kind.b_by_output:
+        return "ld.shared.v4"
+    return "ld.shared.v" if tile.TM > 1 or tile.TN > 1 else None
 
 
-# the tiled kernels whose PTX must hold ld.shared.v2/v4 (NVVM does not merge scalar loads by itself)
-VECTOR_KERNELS = {f"{name} {tile} {'fma' if fused else 'nofma'}"
-                  for name, tile, fused in {(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
-                                            for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)}
-                  if reads_vectors(name, tile)}
+# what each tiled kernel GPT-2's shapes pick must hold in its PTX
+VECTOR_LOADS = {f"{name} {tile} {'fma' if fused else 'nofma'}": vector_load_needed(name, tile)
+                for name, tile, fused in {(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
+                                          for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)}}
 
 
 def ptxas(path, cap):
@@ -158,11 +161,11 @@ def main(argv=None):
                 return 1
             fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
             fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
-            vectors = name not in VECTOR_KERNELS or "ld.shared.v" in ptx
+            vectors = VECTOR_LOADS.get(name) is None or VECTOR_LOADS[name] in ptx
             ok &= fits and vectors
             print(f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
                   f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}"
-                  + ("" if vectors else "; NO VECTOR LOADS (the staged chunks are read one float at a time)"))
+                  + ("" if vectors else f"; NO {VECTOR_LOADS[name]} (the staged chunks are read a float at a time)"))
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

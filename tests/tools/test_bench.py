@@ -72,3 +72,34 @@ def test_usage_errors_are_one_line_exit_2(entries, tmp_path, capsys, monkeypatch
     monkeypatch.chdir(tmp_path)
     one_line(capsys, argv, 2, "bench: error: ", *words)
     assert entries == [] and not any(tmp_path.iterdir())
+
+
+def test_llmc_timings_are_read_from_llmc_bench_lines():
+    """The lines as llmc_bench.cu's report() prints them (its format string, with made-up figures):
+    forward and forward + backward per TF32 mode; the other lines are not timings of these two."""
+    import bench_peers
+
+    out = "\n".join([
+        "device: NVIDIA H200 (sm_90), CUDA runtime 13000, driver 13000, cuBLAS 130000",
+        "llm.c fp32 B=1 T=64 tf32=off loss: 10.987654",
+        "llm.c fp32 B=1 T=64 tf32=off forward (logits) ms: 10.500  (median of 5 back-to-back means of 20; "
+        "per-call median 10.4 min 10.1 mean 10.6 over 100)",
+        "llm.c fp32 B=1 T=64 tf32=off forward+loss ms: 10.700  (median of 5 back-to-back means of 20; ...)",
+        "llm.c fp32 B=1 T=64 tf32=off fwd+bwd (forward+loss, zero_grad, backward) ms: 13.250  (median ...)",
+        "llm.c fp32 B=1 T=64 tf32=off fwd+bwd without zero_grad ms: 12.900  (median ...)",
+        "llm.c fp32 B=1 T=64 tf32=on forward (logits) ms: 10.250  (median ...)",
+        "llm.c fp32 B=1 T=64 tf32=on fwd+bwd (forward+loss, zero_grad, backward) ms: 12.500  (median ...)",
+        "llm.c fp32 B=1 T=64 tf32=on train step (fwd+bwd+AdamW) ms: 14.000  (median ...)",
+    ])
+    assert bench_peers.parse_llmc(out) == {
+        "llm.c fp32 (row-guarded), TF32 off": {"forward_ms": 10.5, "forward_backward_ms": 13.25},
+        "llm.c fp32 (row-guarded), TF32 on": {"forward_ms": 10.25, "forward_backward_ms": 12.5}}
+    assert bench_peers.parse_llmc("llmc_bench: bad arguments\n") == {}
+
+
+def test_llmc_without_the_peers_folder_is_skipped_with_a_reason(tmp_path):
+    import bench_peers
+
+    got = bench_peers.time_llmc(tmp_path / "no_peers", tmp_path / "model.safetensors", tmp_path / "data",
+                                tmp_path / "build")
+    assert list(got) == ["skipped"] and "no_peers" in got["skipped"] and "peers folder" in got["skipped"]
