@@ -161,39 +161,41 @@ def build(name, tile, fused):
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
 
-    def make_fetch(full):
-        """Chunk s0's values of A and B into registers, all loads in flight at once (zeros past
-        the edges: staged, never summed). Consecutive threads read consecutive addresses. Every
-        index is unsigned (no negative-index fix-ups), and a `full` chunk skips the check on s."""
+    def make_fetch(by_s, ROWS, LOADS, EXACT, full):
+        """One operand's values of chunk s0 into registers, all loads in flight at once (zeros past
+        the edges: staged, never summed). The operand is x[s, o] (by_s) or x[o, s], for its ROWS
+        outputs from o0. Consecutive threads read consecutive addresses. Every index is unsigned
+        (no negative-index fix-ups), and a `full` chunk skips the check on s."""
 
         @cuda.jit(device=True)
-        def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
-            for r in range(A_LOADS):
+        def fetch(x, s0, S, o0, o_end, t, regs):
+            for r in range(LOADS):
                 q = t + U(r * NT)
-                if a_trans:
-                    ss, ii = q // U(BM), q % U(BM)
+                if by_s:
+                    ss, oo = q // U(ROWS), q % U(ROWS)
                 else:
-                    ii, ss = q // U(BK), q % U(BK)
-                ok = (A_EXACT or q < U(BK * BM)) and (full or s0 + ss < S) and i0 + ii < i_end
-                if a_trans:
-                    ra[r] = a[s0 + ss, i0 + ii] if ok else ZERO
+                    oo, ss = q // U(BK), q % U(BK)
+                ok = (EXACT or q < U(BK * ROWS)) and (full or s0 + ss < S) and o0 + oo < o_end
+                if by_s:
+                    regs[r] = x[s0 + ss, o0 + oo] if ok else ZERO
                 else:
-                    ra[r] = a[i0 + ii, s0 + ss] if ok else ZERO
-            for r in range(B_LOADS):
-                q = t + U(r * NT)
-                if b_by_output:
-                    jj, ss = q // U(BK), q % U(BK)
-                else:
-                    ss, jj = q // U(BN), q % U(BN)
-                ok = (B_EXACT or q < U(BK * BN)) and (full or s0 + ss < S) and j0 + jj < N
-                if b_by_output:
-                    rb[r] = b[j0 + jj, s0 + ss] if ok else ZERO
-                else:
-                    rb[r] = b[s0 + ss, j0 + jj] if ok else ZERO
+                    regs[r] = x[o0 + oo, s0 + ss] if ok else ZERO
 
         return fetch
 
-    fetch_full, fetch_edge = make_fetch(True), make_fetch(False)
+    def make_fetch_both(full):
+        """A's and B's loads of chunk s0, each as make_fetch says."""
+        fetch_a = make_fetch(a_trans, BM, A_LOADS, A_EXACT, full)
+        fetch_b = make_fetch(not b_by_output, BN, B_LOADS, B_EXACT, full)
+
+        @cuda.jit(device=True)
+        def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
+            fetch_a(a, s0, S, i0, i_end, t, ra)
+            fetch_b(b, s0, S, j0, N, t, rb)
+
+        return fetch
+
+    fetch_full, fetch_edge = make_fetch_both(True), make_fetch_both(False)
 
     @cuda.jit(device=True)
     def stage(sa, sb, ab, bb, t, ra, rb):
