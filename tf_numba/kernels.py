@@ -187,7 +187,7 @@ def staged_dot(total, x, x0, x_step, y, y0, y_step, n, fused):
     chain over values staged in shared memory. STAGED_UNROLL steps have one address plus constants
     (unsigned offsets: no negative-index fix-up), so the GPU compiler issues their loads ahead of
     the chain, vectorised where they are contiguous: a step costs about the add's latency (2.5 ns
-    on the H200, docs/results/2026-12-01-h200)."""
+    on the H200, tools/experiments/chain_probe.py)."""
     k = np.uint64(0)
     n = np.uint64(n)
     while k + STAGED_UNROLL <= n:
@@ -503,9 +503,10 @@ NEAR_MAX = f32(-2.0 ** -20)
 @cuda.jit
 def tf_argmax_logits(out, rows, tokens):
     """tf_argmax of the softmax of the logits in row end - 1, without the softmax: the faster
-    kernel beside tf_unembedding_softmax + tf_argmax (tests/tf/test_tf_kernels.py holds them
-    equal). The softmax's probabilities are p_v = e_v * r, e_v = expf(logit_v - max) and r = 1 /
-    sum: monotone in e_v, and e_v <= 1 = e at the max. For e_v < 1, e_v is at most 1 - 2^-24, and
+    kernel beside tf_unembedding_softmax + tf_argmax (test_argmax_logits_is_the_softmax_argmax in
+    tests/tf/test_tf_generate.py holds them equal). The softmax's probabilities are p_v = e_v * r,
+    e_v = expf(logit_v - max) and r = 1 / sum: monotone in e_v, and e_v <= 1 = e at the max.
+    For e_v < 1, e_v is at most 1 - 2^-24, and
     (1 - 2^-24) * r rounds below r for every float r: so p_v equals the largest probability r
     exactly when e_v is 1.0f, and tf.c's first maximum of p is the first v whose expf(logit_v -
     max) is 1.0f. That skips the ordered sum of the V exps. Then rows advances as in tf_argmax."""

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+import bench_peers  # noqa: E402  (stdlib and numpy only: torch is imported where it is timed)
 from logcompare import compare_runs  # noqa: E402
 from microgpt_numba.cli import ENGINES  # noqa: E402
 from ncu_summary import read as read_ncu  # noqa: E402
@@ -263,7 +264,6 @@ def bench_tf(args, out_dir, save):
         save(result)
         del m
     try:
-        import bench_peers
         import torch
         import transformers
 
@@ -278,15 +278,13 @@ def bench_tf(args, out_dir, save):
     except ImportError as exc:  # keep our numbers
         result["pytorch"] = {"skipped": f"{exc}: torch and transformers are needed for the PyTorch peers"}
     if "llmc" in args.peers.split(","):
-        import bench_peers
-
         try:
             peers_dir = shared_dir(args) / "anchors" / "peers"
         except BenchError as exc:
             result["llmc"] = {"skipped": str(exc)}
         else:
-            result["llmc"] = bench_peers.time_llmc(peers_dir, assets_dir / "model.safetensors", assets_dir / "data",
-                                                   out_dir / "llmc_build")
+            result["llmc"] = time_llmc(peers_dir, assets_dir / "model.safetensors", assets_dir / "data",
+                                       out_dir / "llmc_build")
         save(result)
     ours_vs_peers(result)
     return result
@@ -307,6 +305,38 @@ def ours_vs_peers(result):
         if gen and "generate" in r:
             ours = r["generate"]["decoder"]["s"]
             r["generate"]["vs_hf"] = {n: round(t / ours, 2) for n, t in gen.items()}
+
+
+LLMC_NVCC_FLAGS = ["--threads=0", "-t=0", "--use_fast_math", "-std=c++17", "-O3",
+                   "--generate-code", "arch=compute_90,code=[compute_90,sm_90]"]
+
+
+def time_llmc(peers, safetensors, data, build):
+    """llm.c's forward and forward + backward at B = 1, T = 64, TF32 off and on (bench_peers'
+    docstring says how), or {"skipped": why}; each step's output is in build/NAME.log."""
+    for need in (peers / "llmc" / "train_gpt2_fp32.cu", peers / "llmc_bench.cu", peers / "to_llmc_bin.py",
+                 peers / "patch_llmc_rowguard.py"):
+        if not need.is_file():
+            return {"skipped": f"{need} is missing (llm.c needs the shared peers folder, anchors/peers/)"}
+    (build / "rowguard").mkdir(parents=True, exist_ok=True)
+    binary = build / "llmc_bench_rowguard"
+    steps = [
+        ("to_llmc_bin", [sys.executable, peers / "to_llmc_bin.py", safetensors, build / "gpt2_124M.bin",
+                         "--tokens-out", build / "tokens.bin", "--data", data]),
+        ("patch_llmc_rowguard", [sys.executable, peers / "patch_llmc_rowguard.py", peers / "llmc" / "train_gpt2_fp32.cu",
+                                 build / "rowguard" / "train_gpt2_fp32.cu"]),
+        ("nvcc", ["nvcc", *LLMC_NVCC_FLAGS, "-I", build / "rowguard", "-I", peers / "llmc", peers / "llmc_bench.cu",
+                  "-lcublas", "-lcublasLt", "-o", binary]),
+        ("llmc_bench", [binary, "-e", "gpt2_124M.bin", "-i", "tokens.bin", "-b", "1", "-t", "64", "-f", "2"]),
+    ]
+    for name, cmd in steps:
+        try:
+            _, stdout = timed([str(c) for c in cmd], build, name, cwd=build)
+        except FileNotFoundError:
+            return {"skipped": f"{name}: {cmd[0]} is not on PATH; run on a machine with the CUDA toolkit"}
+        except BenchError as exc:
+            return {"skipped": str(exc)}
+    return bench_peers.parse_llmc(stdout.decode()) or {"skipped": f"llmc_bench printed no timings; see {build}"}
 
 
 def tf_markdown(result):

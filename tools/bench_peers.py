@@ -10,7 +10,7 @@ transformers' GPT2LMHeadModel in fp32 at batch 1, and llm.c's train_gpt2_fp32.cu
 - generation: model.generate(max_new_tokens=N, min_new_tokens=N, greedy) with the dynamic cache
   (eager) and with cache_implementation="static", which HF compiles (reduce-overhead).
 
-- llm.c (time_llmc): the copy in the shared peers folder (anchors/peers/llmc, with its
+- llm.c (bench.py's time_llmc, which builds and runs it; parse_llmc here reads its lines): the copy in the shared peers folder (anchors/peers/llmc, with its
   llmc_bench.cu driver), row-guarded by the folder's patch_llmc_rowguard.py (its 128-row matmul
   tiles write past the outputs at B*T = 64), built with nvcc for sm_90 and run with TF32 off and on.
   The folder's to_llmc_bin.py writes llm.c's model and token files from the same safetensors and
@@ -21,12 +21,8 @@ after `warmup` calls. Generation: wall time of whole calls, the median of `repea
 warm (compiling) ones, whose time is reported too. GPU memory: torch's peak allocation.
 """
 import re
-import shutil
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -178,11 +174,9 @@ def time_generate(model, prompt, n_tokens, repeats=3):
     return out
 
 
-LLMC_NVCC_FLAGS = ["--threads=0", "-t=0", "--use_fast_math", "-std=c++17", "-O3",
-                   "--generate-code", "arch=compute_90,code=[compute_90,sm_90]"]
+
 LLMC_LINE = re.compile(r"tf32=(on|off) (forward \(logits\)|fwd\+bwd \(forward\+loss, zero_grad, backward\)) "
                        r"ms: ([0-9.]+)")
-LLMC_TIMEOUT_S = 600
 
 
 def parse_llmc(stdout):
@@ -192,35 +186,3 @@ def parse_llmc(stdout):
         key = "forward_ms" if what.startswith("forward") else "forward_backward_ms"
         out.setdefault(f"llm.c fp32 (row-guarded), TF32 {tf32}", {})[key] = float(ms)
     return out
-
-
-def time_llmc(peers, safetensors, data, build, T=64):
-    """llm.c's forward and forward + backward at B = 1, T tokens, TF32 off and on, or {"skipped": why}."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    for need in (peers / "llmc" / "train_gpt2_fp32.cu", peers / "llmc_bench.cu", peers / "to_llmc_bin.py",
-                 peers / "patch_llmc_rowguard.py", Path(nvcc)):
-        if not need.is_file():
-            return {"skipped": f"{need} is missing (llm.c needs the shared peers folder and nvcc)"}
-    (build / "rowguard").mkdir(parents=True, exist_ok=True)
-    binary = build / "llmc_bench_rowguard"
-    steps = [
-        ("to_llmc_bin", [sys.executable, peers / "to_llmc_bin.py", safetensors, build / "gpt2_124M.bin",
-                         "--tokens-out", build / "tokens.bin", "--data", data]),
-        ("patch_llmc_rowguard", [sys.executable, peers / "patch_llmc_rowguard.py", peers / "llmc" / "train_gpt2_fp32.cu",
-                                 build / "rowguard" / "train_gpt2_fp32.cu"]),
-        ("nvcc", [nvcc, *LLMC_NVCC_FLAGS, "-I", build / "rowguard", "-I", peers / "llmc", peers / "llmc_bench.cu",
-                  "-lcublas", "-lcublasLt", "-o", binary]),
-        ("llmc_bench", [binary, "-e", "gpt2_124M.bin", "-i", "tokens.bin", "-b", "1", "-t", str(T), "-f", "2"]),
-    ]
-    for name, cmd in steps:
-        try:
-            done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=LLMC_TIMEOUT_S,
-                                  cwd=build)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return {"skipped": f"{name}: {exc}"}
-        if done.returncode != 0:
-            lines = (done.stderr + done.stdout).strip().splitlines() or ["no output"]
-            detail = ([line for line in lines if "error" in line.lower()] or lines)[-1]  # nvcc ends on a summary
-            return {"skipped": f"{name} failed (exit {done.returncode}): {detail.strip()[:300]}"}
-    timed = parse_llmc(done.stdout)
-    return timed or {"skipped": "llmc_bench printed no timings"}

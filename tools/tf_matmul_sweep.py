@@ -64,7 +64,12 @@ STREAMED = {"tf_fc": "b", "tf_fc_back_din": "b", "tf_unembedding": "b", "tf_unem
 # the decode step's one-row products: (kind, cols, sum length, b's shape, launches per decode step)
 ROW_SHAPES = [("tf_fc", n_out, n_in, (n_in, n_out), 12) for n_in, n_out in ((D, 3 * D), (D, D), (D, 4 * D), (4 * D, D))]
 ROW_SHAPES += [("tf_unembedding", V, D, (V, D), 1)]
-L2_SPILL = 160 << 20  # bytes of weight copies the row sweep cycles through
+L2_SPILL = 160 << 20  # bytes of copies of a streamed operand that both sweeps cycle through
+
+
+def copies_past_l2(nbytes):
+    """How many copies of an array of nbytes make up L2_SPILL (at least one)."""
+    return max(1, -(-L2_SPILL // nbytes))
 ROW_CANDIDATES = {  # (BN, KC, NT) by kind
     "tf_fc": [M.RowTile(*t) for t in ((8, 256, 256), (8, 128, 256), (8, 128, 128), (4, 256, 128), (4, 512, 256),
                                       (16, 128, 256), (4, 128, 128))],
@@ -103,7 +108,7 @@ def sweep_rows(fused):
         a = cuda.to_device(rng.standard_normal((4, S), dtype=np.float32))
         # copies of the weights past the H200's 50 MB L2, as a pass streams every layer's from memory
         host_b = rng.standard_normal(b_shape, dtype=np.float32)
-        bs = [cuda.to_device(host_b) for _ in range(max(1, -(-L2_SPILL // host_b.nbytes)))]
+        bs = [cuda.to_device(host_b) for _ in range(copies_past_l2(host_b.nbytes))]
         start = cuda.to_device(rng.standard_normal(cols, dtype=np.float32))
         row_range = cuda.to_device(np.array([2, 3], dtype=np.int64))
         chosen = M.row_tile_for(cols, s_max)
@@ -137,25 +142,8 @@ def sweep_rows(fused):
     return {"shapes": results, "step_ms_chosen": total_chosen / 1e3, "step_ms_best": total_best / 1e3}
 
 
-def main(argv=None):
-    ap = OneLineParser(prog="tf_matmul_sweep.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--row", action="store_true", help="the one-row kernel at the decode step's shapes")
-    ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
-    ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
-    args = parsed(ap.parse_args, argv, "tf_matmul_sweep")
-    if args is None:
-        return 2
-    problem = args.out and unwritable(args.out)
-    if problem:  # before the sweep, not after it
-        print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
-        return 1
-    fused = is_fused(args.fp_model)
-    if args.row:
-        table = sweep_rows(fused)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"fp_model": args.fp_model, **table}, indent=1))
-        return 0
+def sweep_tiles(fused):
+    """The tiled kernel at a training step's shapes under the candidates of each shape's class."""
     rng = np.random.default_rng(0)
     results, total_chosen, total_best = [], 0.0, 0.0
     for kind, rows, cols, S, a_shape, b_shape, per_step in SHAPES:
@@ -166,7 +154,7 @@ def main(argv=None):
         row_range = cuda.to_device(np.array([first, first + rows], dtype=np.int64))
         init = rng.standard_normal((max(rows, T), cols), dtype=np.float32)
         streamed = host_b if STREAMED[kind] == "b" else init
-        copies = max(1, -(-L2_SPILL // streamed.nbytes))
+        copies = copies_past_l2(streamed.nbytes)
         bs = [cuda.to_device(host_b) for _ in range(copies if STREAMED[kind] == "b" else 1)]
         times, bits = {}, None
         chosen_label, labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
@@ -181,7 +169,6 @@ def main(argv=None):
             kernel[grid, (tile.CT, tile.RT)](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
             got = out.copy_to_host()
             us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args, repeats=4 * copies)
-            del launch_args
             if bits is None:
                 bits = got
             elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):
@@ -198,11 +185,26 @@ def main(argv=None):
               + " ".join(f"{k}={v}" for k, v in times.items()), flush=True)
     print(f"one training step's matrix kernels: {total_chosen / 1e3:.2f} ms as chosen, "
           f"{total_best / 1e3:.2f} ms with the best tile per shape")
+    return {"shapes": results, "step_ms_chosen": total_chosen / 1e3, "step_ms_best": total_best / 1e3}
+
+
+def main(argv=None):
+    ap = OneLineParser(prog="tf_matmul_sweep.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--row", action="store_true", help="the one-row kernel at the decode step's shapes")
+    ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
+    ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
+    args = parsed(ap.parse_args, argv, "tf_matmul_sweep")
+    if args is None:
+        return 2
+    problem = args.out and unwritable(args.out)
+    if problem:  # before the sweep, not after it
+        print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
+        return 1
+    table = (sweep_rows if args.row else sweep_tiles)(is_fused(args.fp_model))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"fp_model": args.fp_model, "shapes": results,
-                                              "step_ms_chosen": total_chosen / 1e3,
-                                              "step_ms_best": total_best / 1e3}, indent=1))
+        args.out.write_text(json.dumps({"fp_model": args.fp_model, **table}, indent=1))
+    return 0
 
 
 if __name__ == "__main__":

@@ -98,8 +98,6 @@ def test_llmc_timings_are_read_from_llmc_bench_lines():
 
 
 def test_llmc_without_the_peers_folder_is_skipped_with_a_reason(tmp_path):
-    import bench_peers
-
-    got = bench_peers.time_llmc(tmp_path / "no_peers", tmp_path / "model.safetensors", tmp_path / "data",
+    got = bench.time_llmc(tmp_path / "no_peers", tmp_path / "model.safetensors", tmp_path / "data",
                                 tmp_path / "build")
     assert list(got) == ["skipped"] and "no_peers" in got["skipped"] and "peers folder" in got["skipped"]
