@@ -1,0 +1,185 @@
+"""Where a recorded training step's time goes: the step's graph timed as it is, then with one
+class of kernels left out (the results are then wrong: only the time counts), and with the next
+product's weights read into the L2 on a branch while the current product runs.
+
+    python3 tools/experiments/step_ablation.py ASSETS_DIR [fma|nofma] [T] [all|base]
+
+(base: the step as it is only.)
+
+A kernel left out that shortens the step by its own time sits on the critical path; one that
+shortens it by less runs beside it (a graph branch) or overlaps. Prints one line per variant.
+"""
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from numba import cuda  # noqa: E402
+
+from cudakit import stream  # noqa: E402
+from cudakit.stream import Recorded, Target  # noqa: E402
+from tf_numba import assets, launch, training  # noqa: E402
+from tf_numba import kernels as K  # noqa: E402
+from tf_numba import matmul as M  # noqa: E402
+from tf_numba.forward import forward  # noqa: E402
+from tf_numba.model import TFModel  # noqa: E402
+from tf_numba.training import run_step, training_step  # noqa: E402
+
+T = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+PREFETCH_BLOCKS, PREFETCH_THREADS, PREFETCH_LOADS = 132, 256, 16
+
+
+@cuda.jit
+def l2_prefetch(x, sink):
+    """Reads x once through the L2 (ld.global.cg), PREFETCH_LOADS loads in flight a thread."""
+    n = x.shape[0]
+    stride = cuda.gridsize(1)
+    acc = np.float32(0.0)
+    got = cuda.local.array(PREFETCH_LOADS, np.float32)
+    for i0 in range(cuda.grid(1), n, stride * PREFETCH_LOADS):
+        for u in range(PREFETCH_LOADS):
+            i = i0 + u * stride
+            got[u] = cuda.ldcg(x, i) if i < n else np.float32(0.0)
+        for u in range(PREFETCH_LOADS):
+            acc += got[u]
+    if acc == np.float32(-1.2345e-38):  # never: keeps the loads
+        sink[0] = acc
+
+
+def timed(recorded, repeats=20, batches=5):
+    recorded()
+    cuda.synchronize()
+    means = []
+    for _ in range(batches):
+        t = time.perf_counter()
+        for _ in range(repeats):
+            recorded.launch()
+        recorded.sync()
+        means.append((time.perf_counter() - t) / repeats)
+    return statistics.median(means) * 1e3
+
+
+@contextlib.contextmanager
+def patched(obj, name, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def skipping_matmul(names):
+    real = launch.matmul
+
+    def matmul(name, *args, **kw):
+        if name not in names:
+            real(name, *args, **kw)
+    return matmul
+
+
+def skipping(fn, kernels):
+    def run(kernel, *args):
+        if kernel not in kernels:
+            fn(kernel, *args)
+    return run
+
+
+def prefetching_matmul(order, ahead, sink):
+    """launch.matmul, which first forks a branch reading the weights of the product `ahead`
+    launches later into the L2 (order: the weights of every product of a pass, in launch order)."""
+    real = launch.matmul
+    count = [0]
+
+    def matmul(name, a, b, *args, **kw):
+        n = count[0]
+        count[0] += 1
+        if stream.recording() and n + ahead < len(order) and order[n + ahead] is not None:
+            with stream.beside(f"prefetch{n}"):
+                w = order[n + ahead]
+                l2_prefetch[PREFETCH_BLOCKS, PREFETCH_THREADS, Target.stream](w, sink)
+        real(name, a, b, *args, **kw)
+    return matmul, count
+
+
+def weight_order(m):
+    """The weights every product of a step reads, in launch order (None where it is not a weight
+    that fits the L2)."""
+    order = []
+    real = launch.matmul
+
+    def matmul(name, a, b, *args, **kw):
+        streamed = name in ("tf_fc", "tf_fc_back_din") and b.size * 4 < 16 << 20
+        order.append(b.reshape(-1) if streamed else None)
+        real(name, a, b, *args, **kw)
+    with patched(launch, "matmul", matmul):
+        training_step(m, T)
+    cuda.synchronize()
+    return order
+
+
+def main():
+    assets_dir = Path(sys.argv[1])
+    fp_model = sys.argv[2] if len(sys.argv) > 2 else "fma"
+    cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
+    data = assets.load_data(assets_dir / "data", cfg.d_vocab)
+    m = TFModel(cfg, tensors, fp_model)
+    run_step(m, data, T)
+    cuda.synchronize()
+    sink = cuda.device_array(1, np.float32)
+
+    def fwd():
+        forward(m, T, last_only=False)
+
+    def step():
+        training_step(m, T)
+
+    def report(label):
+        f, s = timed(Recorded(fwd)), timed(Recorded(step))
+        print(f"{label:40} forward {f:7.3f} ms   forward+backward {s:7.3f} ms", flush=True)
+
+    report("as it is")
+    if len(sys.argv) > 4 and sys.argv[4] == "base":
+        return
+    with patched(training, "zero_gradients", lambda m: None):
+        report("no gradient memset")
+    with patched(launch, "elementwise", skipping(launch.elementwise, {M.tf_fc_back_dbias})):
+        report("no bias gradients")
+    with patched(launch, "matmul", skipping_matmul({"tf_fc_back_dweight"})):
+        report("no weight gradients (tf_fc_back_dweight)")
+    with patched(launch, "matmul", skipping_matmul({"tf_unembedding_back_dwte"})):
+        report("no wte gradient (dwte)")
+    with patched(launch, "matmul", skipping_matmul({"tf_unembedding_back_din"})):
+        report("no tf_unembedding_back_din")
+    with patched(launch, "matmul", skipping_matmul({"tf_unembedding"})):
+        report("no tf_unembedding")
+    with patched(launch, "blocks", skipping(launch.blocks, {K.tf_unembedding_softmax})):
+        report("no tf_unembedding_softmax")
+    with patched(launch, "ln", lambda *a: None), patched(launch, "ln_back", lambda *a: None):
+        report("no layer norms")
+    attn = {K.tf_attn_scores, K.tf_attn_z, K.tf_attn_back_dot, K.tf_attn_back_qkv}
+    with patched(launch, "elementwise", skipping(launch.elementwise, attn)), \
+            patched(launch, "blocks", skipping(launch.blocks, {K.tf_attn_softmax, K.tf_attn_back_softmax})):
+        report("no attention")
+    order = weight_order(m)
+    for ahead in (1, 2):
+        matmul, count = prefetching_matmul(order, ahead, sink)
+
+        def counted(fn):
+            def run():
+                count[0] = 0
+                fn()
+            return run
+        with patched(launch, "matmul", matmul):
+            f, s = timed(Recorded(counted(fwd))), timed(Recorded(counted(step)))
+        print(f"{'weights into L2, ' + str(ahead) + ' product(s) ahead':40} forward {f:7.3f} ms   "
+              f"forward+backward {s:7.3f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
