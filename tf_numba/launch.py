@@ -55,22 +55,22 @@ def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):
     """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
     end)); S, the sum's length, is a's row length unless given. `epilogue` is the element-wise
-    statement tf.c runs next on the outputs: "gelu" (tf_gelu(out) into extra) or "add" (tf_add(res,
-    out) into extra). One row of tf_fc or of the unembedding goes to the one-row kernel, which
-    applies the epilogue as each output is finished; other shapes launch it after."""
+    statement tf.c runs next on the outputs, which the kernel applies as it stores each one:
+    "gelu" (tf_gelu(out) into extra) or "add" (tf_add(res, out) into extra). One row of tf_fc or
+    of the unembedding goes to the one-row kernel."""
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
+    res, extra = out if res is None else res, out if extra is None else extra
     if n_rows == 1 and name in M.ROW_KINDS:
         s_max = M.row_s_max(S)
         tile = M.row_tile_for(out.shape[1], s_max)
         kernel = M.build_row(name, tile, fused, s_max, epilogue)
-        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](
-            a, b, start, out, rows, S, scale, out if res is None else res, out if extra is None else extra)
+        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
         return
     tile = M.tile_for(name, n_rows, out.shape[1], S, fused)
-    grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
-    M.build(name, tile, fused)[grid, (tile.CT, tile.RT), Target.stream](a, b, start, out, rows, S, scale)
-    if epilogue == "gelu":
-        elementwise(K.tf_gelu, n_rows * out.shape[1], out, extra, rows, n_rows)
-    elif epilogue == "add":
-        elementwise(K.tf_add, n_rows * out.shape[1], res, out, extra, rows, n_rows)
+    BM, BN = tile.TM * tile.RT, tile.TN * tile.CT
+    kind = M.KINDS[name]
+    kernel = M.build(name, tile, fused, M.copy_width(a, kind.a_trans, BM), M.copy_width(b, not kind.b_by_output, BN),
+                     epilogue)
+    kernel[(-(-out.shape[1] // BN), -(-n_rows // BM)), (tile.CT, tile.RT), Target.stream](
+        a, b, start, out, rows, S, scale, res, extra)

@@ -13,12 +13,15 @@ Six loops of tf.c are one shape of computation, out[i, j] = start + sum over s o
 The bits depend only on each output's own chain of roundings, so a kernel may compute outputs in
 any grouping as long as every output runs its whole sum alone, s ascending, from tf.c's start
 value. A block of (RT, CT) threads owns a (TM*RT, TN*CT) tile of outputs; each thread keeps TM x TN
-neighbouring accumulators in registers and the block stages BK summation steps of A and B in shared
+neighbouring accumulators in registers, and the block stages BK summation steps of A and B in shared
 memory at a time, so each value loaded from memory serves many outputs. Each operand is staged in
-its memory order, and a full chunk is read four steps at a time by vector loads
-(cudakit.vector); two chunks of loads fly in two register sets while one is summed from one of two
-shared buffers. Nothing is split along s. Statements that tf.c's fma build fuses are `mad` (see fp.py); the
-unembedding backward's wte gradient rounds its product first, as its C statement does.
+its memory order by asynchronous copies (cudakit.asynccopy: no registers, 16 bytes each where the
+rows allow), ST chunks at once, so that the copies of the next ST - 1 chunks fly while one is
+summed; a full chunk is read four steps at a time by vector loads (cudakit.vector). Nothing is
+split along s. Statements that tf.c's fma build fuses are `mad` (see fp.py); the
+unembedding backward's wte gradient rounds its product first, as its C statement does. The
+element-wise statement tf.c runs next on a product's outputs (gelu, a residual add) can be applied
+as each output is stored (the epilogue).
 
 Kernels are built per kind, tile and fp model (closure constants, so the compiler drops the
 branches that do not apply and keeps the accumulators in registers).
@@ -36,6 +39,8 @@ from collections import namedtuple
 import numpy as np
 from numba import config, cuda
 
+from cudakit.arrays import address
+from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
@@ -60,17 +65,18 @@ KINDS = {
     "tf_unembedding_back_dwte": Kind(True, False, True, True, False),
 }
 
-# TM x TN outputs per thread, RT x CT threads per block, BK summation steps staged at a time.
-Tile = namedtuple("Tile", "TM TN RT CT BK")
+# TM x TN outputs per thread, RT x CT threads per block, BK summation steps a chunk, ST chunks staged
+# at once (their copies in flight while one is summed).
+Tile = namedtuple("Tile", "TM TN RT CT BK ST")
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = NARROW = T_WIDE = T_LONG = ROW = Tile(16, 16, 1, 1, 32)
+    WIDE = MID = NARROW = T_WIDE = T_LONG = ROW = Tile(16, 16, 1, 1, 32, 3)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-01-h200-train/sweep_*.json)
-    WIDE = Tile(4, 4, 16, 16, 16)
-    MID = Tile(4, 2, 8, 16, 32)
-    NARROW = Tile(2, 2, 16, 16, 16)
-    T_WIDE = Tile(2, 2, 8, 16, 64)
-    T_LONG = Tile(2, 1, 8, 16, 64)
-    ROW = Tile(1, 1, 4, 32, 32)
+    WIDE = Tile(4, 4, 16, 16, 16, 4)
+    MID = Tile(4, 2, 8, 16, 32, 4)
+    NARROW = Tile(2, 2, 16, 16, 16, 4)
+    T_WIDE = Tile(2, 2, 8, 16, 64, 3)
+    T_LONG = Tile(2, 1, 8, 16, 64, 4)
+    ROW = Tile(1, 1, 4, 32, 32, 4)
 
 
 # BN outputs per block, KC summation steps staged at a time, NT threads loading them.
@@ -83,7 +89,7 @@ else:
     ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(4, 512, 256), RowTile(8, 128, 128), RowTile(32, 64, 256)
 
 
-ROW_SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
+SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
 
 
 def row_s_max(S):
@@ -108,7 +114,7 @@ def row_tile_for(n_cols, s_max):
     floats) and the two chunk buffers would pass a block's shared memory (d_model over 1024),
     the chunks get shorter: a chunk is only what is staged at a time, the sum's order is the same."""
     tile = ROW_NARROW if n_cols <= 1024 else ROW_MID if n_cols <= 4096 else ROW_WIDE
-    while row_shared_bytes(tile, s_max) > ROW_SHARED_BYTES and tile.KC > 1:
+    while row_shared_bytes(tile, s_max) > SHARED_BYTES and tile.KC > 1:
         tile = tile._replace(KC=tile.KC // 2)
     return tile
 
@@ -137,83 +143,103 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     return T_WIDE
 
 
+def copy_width(x, by_s, rows):
+    """The floats build's copies move at a time for operand x (C-contiguous; see run_width)."""
+    assert x.strides == (4 * x.shape[1], 4), "build's copies need C-contiguous operands"
+    return run_width(x.shape[1], address(x) % 16 == 0, by_s, rows)
+
+
+def run_width(row_len, aligned, by_s, rows):
+    """4 where every run of 4 floats a chunk copies is 16 bytes aligned: the operand's start is
+    (`aligned`) and its row length, and a by_s operand's runs start at multiples of its block's
+    `rows` outputs, a multiple of 4; else 1 (the vocabulary's 50,257-float rows). A by_s first
+    operand (the weight gradients' inputs) is summed from row 0, as backward.py launches it."""
+    return 4 if aligned and row_len % 4 == 0 and (not by_s or rows % 4 == 0) else 1
+
+
+def stage_bytes(tile, name):
+    """The shared memory of one of build's ST staged chunks: A's and B's, rows padded by PAD."""
+    a_trans, b_by_output = KINDS[name][:2]
+    BM, BN = tile.TM * tile.RT, tile.TN * tile.CT
+    a = tile.BK * (BM + PAD) if a_trans else BM * (tile.BK + PAD)
+    b = BN * (tile.BK + PAD) if b_by_output else tile.BK * (BN + PAD)
+    return 4 * (a + b)
+
+
 @functools.cache
-def build(name, tile, fused):
-    """The kernel for KINDS[name] with this tile and fp model (compiled at its first launch)."""
+def build(name, tile, fused, wa=1, wb=1, epilogue=None):
+    """The kernel for KINDS[name] with this tile and fp model, its operands copied wa and wb floats
+    at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
     a_trans, b_by_output, start_out, scaled_product, scaled_result = KINDS[name]
-    TM, TN, RT, CT, BK = tile
-    assert BK % VEC == 0
+    TM, TN, RT, CT, BK, ST = tile
+    assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= SHARED_BYTES, tile
     BM, BN, NT = TM * RT, TN * CT, RT * CT
-    # Each operand is staged in its own memory order, so both the copy and the stores run along
-    # consecutive addresses. Rows are padded to keep them 16 bytes aligned for the vector loads.
+    # Each operand is staged in its own memory order, so both the copies and the shared stores
+    # run along consecutive addresses. Rows are padded to keep them 16 bytes aligned.
     # A: a[s, i] rows of BM outputs (a_trans), else a[i, s] rows of BK steps; B likewise.
     A_ROW = BM + PAD if a_trans else BK + PAD
     B_ROW = BK + PAD if b_by_output else BN + PAD
     A_SIZE = BK * A_ROW if a_trans else BM * A_ROW
     B_SIZE = BN * B_ROW if b_by_output else BK * B_ROW
-    A_LOADS, B_LOADS = -(-BK * BM // NT), -(-BK * BN // NT)  # staged values per thread and chunk
-    A_EXACT, B_EXACT = BK * BM % NT == 0, BK * BN % NT == 0  # every thread stages the same count
-    A_BUFS, B_BUFS = 2 * A_SIZE, 2 * B_SIZE
+    A_BUFS, B_BUFS = ST * A_SIZE, ST * B_SIZE  # constants: shared array shapes must be literals
     # A thread's outputs are neighbours (rows ty*TM + m, columns tx*TN + n), and a full chunk is
     # read VEC steps at a time: one vector load per row where an operand runs along s, one per
     # step (TM or TN wide) where it runs along the outputs.
     AV, BV = TM * VEC, TN * VEC  # the staged values of VEC steps in registers
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
+    wait_staged = wait(ST - 2)
 
-    def make_fetch(by_s, ROWS, LOADS, EXACT, full):
-        """One operand's values of chunk s0 into registers, all loads in flight at once (zeros past
-        the edges: staged, never summed). The operand is x[s, o] (by_s) or x[o, s], for its ROWS
-        outputs from o0. Consecutive threads read consecutive addresses. Every index is unsigned
-        (no negative-index fix-ups), and a `full` chunk skips the check on s."""
+    def make_issue(by_s, ROWS, ROW_LEN, W, full):
+        """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
+        each (zeros past the edges: staged, never summed). The operand is x[s, o] (by_s) or
+        x[o, s], for its ROWS outputs from o0; consecutive threads copy consecutive runs. Every
+        index is unsigned (no negative-index fix-ups), and a `full` chunk skips the check on s."""
+        assert (ROWS if by_s else BK) % W == 0 or W == 1
+        PER_ROW = (ROWS if by_s else BK) // W  # runs in a staged row
+        RUNS = BK * ROWS // W
+        COPIES, EXACT = -(-RUNS // NT), RUNS % NT == 0
+        copy = copy_async(W)
 
         @cuda.jit(device=True)
-        def fetch(x, s0, S, o0, o_end, t, regs):
-            for r in range(LOADS):
+        def issue(x, s0, S, o0, o_end, ld, t, buf, base):
+            for r in range(COPIES):
                 q = t + U(r * NT)
-                if by_s:
-                    ss, oo = q // U(ROWS), q % U(ROWS)
-                else:
-                    oo, ss = q // U(BK), q % U(BK)
-                ok = (EXACT or q < U(BK * ROWS)) and (full or s0 + ss < S) and o0 + oo < o_end
-                if by_s:
-                    regs[r] = x[s0 + ss, o0 + oo] if ok else ZERO
-                else:
-                    regs[r] = x[o0 + oo, s0 + ss] if ok else ZERO
+                if EXACT or q < U(RUNS):
+                    row, col = q // U(PER_ROW), q % U(PER_ROW) * U(W)
+                    s, o = (s0 + row, o0 + col) if by_s else (s0 + col, o0 + row)
+                    n = U(0)
+                    if o < o_end and (full or s < S):
+                        n = min(o_end - o, U(W)) if by_s else (U(W) if full else min(S - s, U(W)))
+                    src = s * ld + o if by_s else o * ld + s
+                    copy(buf, base + row * U(ROW_LEN) + col, x, src if n > U(0) else U(0), n)
 
-        return fetch
+        return issue
 
-    def make_fetch_both(full):
-        """A's and B's loads of chunk s0, each as make_fetch says."""
-        fetch_a = make_fetch(a_trans, BM, A_LOADS, A_EXACT, full)
-        fetch_b = make_fetch(not b_by_output, BN, B_LOADS, B_EXACT, full)
+    def make_issue_both(full):
+        issue_a = make_issue(a_trans, BM, A_ROW, wa, full)
+        issue_b = make_issue(not b_by_output, BN, B_ROW, wb, full)
 
         @cuda.jit(device=True)
-        def fetch(a, b, s0, S, i0, i_end, j0, N, t, ra, rb):
-            fetch_a(a, s0, S, i0, i_end, t, ra)
-            fetch_b(b, s0, S, j0, N, t, rb)
+        def issue(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot):
+            issue_a(a, s0, S, i0, i_end, lda, t, sa, slot * U(A_SIZE))
+            issue_b(b, s0, S, j0, N, ldb, t, sb, slot * U(B_SIZE))
 
-        return fetch
+        return issue
 
-    fetch_full, fetch_edge = make_fetch_both(True), make_fetch_both(False)
+    issue_full, issue_edge = make_issue_both(True), make_issue_both(False)
 
     @cuda.jit(device=True)
-    def stage(sa, sb, ab, bb, t, ra, rb):
-        """The fetched registers into the shared buffers at ab and bb, in the order they were read."""
-        for r in range(A_LOADS):
-            q = t + U(r * NT)
-            if A_EXACT or q < U(BK * BM):
-                if a_trans:
-                    sa[ab + (q // U(BM)) * U(A_ROW) + q % U(BM)] = ra[r]
-                else:
-                    sa[ab + (q // U(BK)) * U(A_ROW) + q % U(BK)] = ra[r]
-        for r in range(B_LOADS):
-            q = t + U(r * NT)
-            if B_EXACT or q < U(BK * BN):
-                if b_by_output:
-                    sb[bb + (q // U(BK)) * U(B_ROW) + q % U(BK)] = rb[r]
-                else:
-                    sb[bb + (q // U(BN)) * U(B_ROW) + q % U(BN)] = rb[r]
+    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb):
+        """Chunk c's copies into slot c % ST, and the group closed (empty past the last chunk, so
+        that every thread counts the same groups)."""
+        if c < n_chunks:
+            s0 = c * U(BK)
+            if s0 + U(BK) <= S:
+                issue_full(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+            else:
+                issue_edge(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+        commit()
 
     @cuda.jit(device=True)
     def terms(av, bv, k, acc, scale):
@@ -255,45 +281,28 @@ def build(name, tile, fused):
             bv[n * VEC] = sb[bb + U(j * B_ROW + ss)] if b_by_output else sb[bb + U(ss * B_ROW + j)]
         terms(av, bv, 0, acc, scale)
 
-    @cuda.jit(device=True)
-    def chunk(c, ra, rb, ab, bb, a, b, sa, sb, S, i0, i_end, j0, N, t, tx, ty, av, bv, acc, scale):
-        """Chunk c: its registers staged in the buffers at ab and bb, then summed there while the
-        loads of chunk c + 2 fly in the same registers, so two chunks are in flight while one is
-        summed. The barrier also says that chunk c - 1 is summed before chunk c + 1 is staged over
-        it."""
-        stage(sa, sb, ab, bb, t, ra, rb)
-        cuda.syncthreads()
-        s0 = c * BK
-        if s0 + 3 * BK <= S:
-            fetch_full(a, b, U(s0 + 2 * BK), U(S), i0, i_end, j0, N, t, ra, rb)
-        elif s0 + 2 * BK < S:
-            fetch_edge(a, b, U(s0 + 2 * BK), U(S), i0, i_end, j0, N, t, ra, rb)
-        if s0 + BK <= S:  # a whole chunk: a constant trip count, unrolled, so every load is base + constant
-            for g in range(BK // VEC):
-                steps(sa, sb, ab, bb, g * VEC, tx, ty, av, bv, acc, scale)
-        else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
-            for ss in range(S - s0):
-                step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale)
-
-    def kernel(a, b, start, out, rows, S, scale):
+    def kernel(a, b, start, out, rows, S, scale, res, extra):
         """out[i, j] for rows[0] <= i < rows[1] (device memory, so a recorded pass can move them)
-        and j < out.shape[1], each a sum over 0 <= s < S; see the module's table."""
+        and j < out.shape[1], each a sum over 0 <= s < S (see the module's table); then the
+        epilogue's extra[i, j]. ST chunks are staged at once: the copies of chunk c + ST - 1 fly
+        while chunk c is summed."""
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        t = ty * CT + tx
         i0 = rows[0] + cuda.blockIdx.y * BM
         i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
-        sa = cuda.shared.array(A_BUFS, np.float32, alignment=SHARED_ALIGN)  # two chunks each
+        sa = cuda.shared.array(A_BUFS, np.float32, alignment=SHARED_ALIGN)  # ST chunks each
         sb = cuda.shared.array(B_BUFS, np.float32, alignment=SHARED_ALIGN)
-        ra0 = cuda.local.array(A_LOADS, np.float32)  # the even chunks' registers
-        rb0 = cuda.local.array(B_LOADS, np.float32)
-        ra1 = cuda.local.array(A_LOADS, np.float32)  # the odd chunks'
-        rb1 = cuda.local.array(B_LOADS, np.float32)
         acc = cuda.local.array((TM, TN), np.float32)
         av = cuda.local.array(AV, np.float32)
         bv = cuda.local.array(BV, np.float32)
-        for m in range(TM):
+        # the copies' indices, unsigned
+        tu, Su, i0u, i_endu, j0u, Nu = U(ty * CT + tx), U(S), U(i0), U(i_end), U(j0), U(N)
+        lda, ldb = U(a.shape[1]), U(b.shape[1])
+        n_chunks = (Su + U(BK - 1)) // U(BK)
+        for c in range(ST - 1):
+            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb)
+        for m in range(TM):  # the starts load while the first chunks fly
             i = i0 + ty * TM + m
             for n in range(TN):
                 j = j0 + tx * TN + n
@@ -301,30 +310,32 @@ def build(name, tile, fused):
                     acc[m, n] = out[i, j] if i < i_end and j < N else ZERO
                 else:
                     acc[m, n] = start[j] if j < N else ZERO
-        # the staging's indices, unsigned
-        tu, Su, i0u, i_endu, j0u, Nu = U(t), U(S), U(i0), U(i_end), U(j0), U(N)
-        if BK <= S:  # chunks 0 and 1 in flight
-            fetch_full(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra0, rb0)
-        else:
-            fetch_edge(a, b, U(0), Su, i0u, i_endu, j0u, Nu, tu, ra0, rb0)
-        if 2 * BK <= S:
-            fetch_full(a, b, U(BK), Su, i0u, i_endu, j0u, Nu, tu, ra1, rb1)
-        elif BK < S:
-            fetch_edge(a, b, U(BK), Su, i0u, i_endu, j0u, Nu, tu, ra1, rb1)
-        n_chunks = -(-S // BK)
-        for c in range(0, n_chunks, 2):
-            chunk(c, ra0, rb0, U(0), U(0), a, b, sa, sb, S, i0u, i_endu, j0u, Nu, tu, tx, ty, av, bv, acc, scale)
-            if c + 1 < n_chunks:
-                chunk(c + 1, ra1, rb1, U(A_SIZE), U(B_SIZE), a, b, sa, sb, S, i0u, i_endu, j0u, Nu, tu, tx, ty, av, bv,
-                      acc, scale)
+        c = U(0)
+        while c < n_chunks:
+            wait_staged()  # this thread's copies of chunk c have landed
+            cuda.syncthreads()  # everyone's have; and everyone has summed chunk c - 1, whose slot is next
+            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb)
+            ab, bb = (c % U(ST)) * U(A_SIZE), (c % U(ST)) * U(B_SIZE)
+            if (c + U(1)) * U(BK) <= Su:  # a whole chunk: a constant trip count, so every load is base + constant
+                for g in range(BK // VEC):
+                    steps(sa, sb, ab, bb, g * VEC, tx, ty, av, bv, acc, scale)
+            else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
+                for ss in range(S % BK):
+                    step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale)
+            c += U(1)
         for m in range(TM):
             i = i0 + ty * TM + m
             for n in range(TN):
                 j = j0 + tx * TN + n
                 if i < i_end and j < N:
-                    out[i, j] = mul(acc[m, n], scale) if scaled_result else acc[m, n]
+                    v = mul(acc[m, n], scale) if scaled_result else acc[m, n]
+                    out[i, j] = v
+                    if epilogue == "gelu":
+                        extra[i, j] = gelu(v)
+                    elif epilogue == "add":
+                        extra[i, j] = res[i, j] + v
 
-    kernel.__name__ = kernel.__qualname__ = name  # the C loop's name in profiles
+    kernel.__name__ = kernel.__qualname__ = name + ("_" + epilogue if epilogue else "")  # the C loop's name
     return cuda.jit(kernel)
 
 

@@ -60,6 +60,30 @@ WIDEST = tf_kernels.LN_D_MAX
 ROW_SHAPES = {(kind, cols, S) for kind, rows, cols, S, *_ in SHAPES if kind in tf_matmul.ROW_KINDS} | \
     {("tf_fc", c * WIDEST, s * WIDEST) for c, s in ((3, 1), (1, 1), (4, 1), (1, 4))} | \
     {("tf_unembedding", 50257, WIDEST)}
+
+
+def tiled_label(name, tile, fused, wa, wb, epilogue):
+    return f"{name}{'_' + epilogue if epilogue else ''} {tile} copies {wa}/{wb} {'fma' if fused else 'nofma'}"
+
+
+def gpt2_tiled():
+    """(kind, tile, fused, A's and B's copy widths, epilogue) of every tiled kernel GPT-2's shapes
+    launch (the arena's arrays start 16 bytes aligned); tf_fc also with forward.py's epilogues."""
+    keys = set()
+    for kind, rows, cols, S, a_shape, b_shape, _ in SHAPES:
+        if rows == 1:
+            continue  # the one-row kernel's
+        a_trans, b_by_output = tf_matmul.KINDS[kind][:2]
+        for fused in (True, False):
+            tile = tf_matmul.tile_for(kind, rows, cols, S, fused)
+            wa = tf_matmul.run_width(a_shape[1], True, a_trans, tile.TM * tile.RT)
+            wb = tf_matmul.run_width(b_shape[1], True, not b_by_output, tile.TN * tile.CT)
+            for epilogue in ((None, "gelu", "add") if kind == "tf_fc" else (None,)):
+                keys.add((kind, tile, fused, wa, wb, epilogue))
+    return keys
+
+
+TILED = gpt2_tiled()
 KERNELS = [
     ("train_kernel", fast.train_kernel, (F1, F1, F1, F1, B, I2, I1, I2, I2, I1, I64, I1, I1, I1, F2, I64, F2),
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
@@ -78,10 +102,8 @@ KERNELS = [
     ("tf_attn_z", tf_kernels.tf_attn_z, (F2, F3, F2, L1, I64, I64, B), BLOCK, None, False),
     ("tf_gelu", tf_kernels.tf_gelu, (F2, F2, L1, I64), BLOCK, None, False),
 ] + [
-    (f"{name} {tile} {'fma' if fused else 'nofma'}", tf_matmul.build(name, tile, fused), (F2, F2, F1, F2, L1, I64, F32),
-     tile.RT * tile.CT, None, True)
-    for name, tile, fused in sorted({(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
-                                     for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)})
+    (tiled_label(*key), tf_matmul.build(*key), (F2, F2, F1, F2, L1, I64, F32, F2, F2), key[1].RT * key[1].CT, None,
+     True) for key in sorted(TILED, key=str)
 ] + [
     (f"{name}_row{'_' + epilogue if epilogue else ''} {tile} S<={s_max} {'fma' if fused else 'nofma'}",
      tf_matmul.build_row(name, tile, fused, s_max, epilogue), (F2, F2, F1, F2, L1, I64, F32, F2, F2), tile.NT, None,
@@ -104,10 +126,14 @@ def vector_load_needed(name, tile):
     return "ld.shared.v" if tile.TM > 1 or tile.TN > 1 else None
 
 
+def needed(name, tile, fused, wa, wb, epilogue):
+    """What a tiled kernel's PTX must hold: its vector loads, and its copies' instructions."""
+    copies = {4: "cp.async.cg.shared.global", 1: "cp.async.ca.shared.global"}
+    return [x for x in (vector_load_needed(name, tile), copies[wa], copies[wb]) if x]
+
+
 # what each tiled kernel GPT-2's shapes pick must hold in its PTX
-VECTOR_LOADS = {f"{name} {tile} {'fma' if fused else 'nofma'}": vector_load_needed(name, tile)
-                for name, tile, fused in {(kind, tf_matmul.tile_for(kind, rows, cols, S, fused), fused)
-                                          for kind, rows, cols, S, *_ in SHAPES for fused in (True, False)}}
+NEEDED = {tiled_label(*key): needed(*key) for key in TILED}
 
 
 def ptxas(path, cap):
@@ -161,11 +187,12 @@ def main(argv=None):
                 return 1
             fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
             fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
-            vectors = VECTOR_LOADS.get(name) is None or VECTOR_LOADS[name] in ptx
-            ok &= fits and vectors
+            missing = [x for x in NEEDED.get(name, ()) if x not in ptx]
+            ok &= fits and not missing
             print(f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
                   f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}"
-                  + ("" if vectors else f"; NO {VECTOR_LOADS[name]} (the staged chunks are read a float at a time)"))
+                  + (f"; NO {', '.join(missing)} (the staged chunks are copied or read another way)" if missing
+                     else ""))
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

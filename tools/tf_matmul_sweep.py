@@ -38,13 +38,18 @@ SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding_back_dwte", V, D, T, (T, V), (T, D), 1)]
 CANDIDATES = {
     "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "row": M.ROW,
-    "1x1/16x16/32": M.Tile(1, 1, 16, 16, 32), "2x2/8x8/64": M.Tile(2, 2, 8, 8, 64),
-    "2x1/8x16/32": M.Tile(2, 1, 8, 16, 32), "1x2/8x16/64": M.Tile(1, 2, 8, 16, 64),
-    "2x4/8x16/32": M.Tile(2, 4, 8, 16, 32), "4x4/16x16/32": M.Tile(4, 4, 16, 16, 32),
-    "4x4/8x16/32": M.Tile(4, 4, 8, 16, 32), "1x1/16x16/64": M.Tile(1, 1, 16, 16, 64),
+    "4x4/16x16/16/2": M.Tile(4, 4, 16, 16, 16, 2), "4x2/8x16/32/2": M.Tile(4, 2, 8, 16, 32, 2),
+    "4x4/8x16/32/2": M.Tile(4, 4, 8, 16, 32, 2), "2x2/16x16/16/2": M.Tile(2, 2, 16, 16, 16, 2),
+    "2x2/8x16/64/2": M.Tile(2, 2, 8, 16, 64, 2), "2x1/8x16/64/2": M.Tile(2, 1, 8, 16, 64, 2),
+    "2x1/8x16/64/3": M.Tile(2, 1, 8, 16, 64, 3), "2x1/8x16/32/4": M.Tile(2, 1, 8, 16, 32, 4),
+    "2x2/8x16/32/4": M.Tile(2, 2, 8, 16, 32, 4), "2x2/8x8/64/4": M.Tile(2, 2, 8, 8, 64, 4),
+    "1x1/16x16/32/4": M.Tile(1, 1, 16, 16, 32, 4), "4x1/8x16/32/4": M.Tile(4, 1, 8, 16, 32, 4),
+    "2x1/16x16/32/3": M.Tile(2, 1, 16, 16, 32, 3),
 }
-MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/32", "4x4/8x16/32", "2x4/8x16/32", "t_wide"]
-T_ROWS = ["t_wide", "t_long", "narrow", "1x1/16x16/32", "2x2/8x8/64", "1x2/8x16/64", "2x1/8x16/32", "1x1/16x16/64"]
+MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/16/2", "4x2/8x16/32/2", "4x4/8x16/32/2", "2x2/16x16/16/2",
+                "t_wide"]
+T_ROWS = ["t_wide", "t_long", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3", "2x1/8x16/32/4",
+          "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "4x1/8x16/32/4", "2x1/16x16/32/3"]
 
 
 def candidates(kind, rows, cols, chosen):
@@ -114,7 +119,7 @@ def sweep_rows(fused):
         chosen = M.row_tile_for(cols, s_max)
         times, bits = {}, None
         for tile in dict.fromkeys([chosen] + ROW_CANDIDATES[kind]):
-            if M.row_shared_bytes(tile, s_max) > M.ROW_SHARED_BYTES:
+            if M.row_shared_bytes(tile, s_max) > M.SHARED_BYTES:
                 continue
             out = cuda.to_device(np.zeros((4, cols), dtype=np.float32))
             kernel = M.build_row(kind, tile, fused, s_max)
@@ -160,11 +165,15 @@ def sweep_tiles(fused):
         chosen_label, labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
         for label in labels:
             tile = CANDIDATES[label]
+            if tile.ST * M.stage_bytes(tile, kind) > M.SHARED_BYTES:
+                continue
             grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
-            kernel = M.build(kind, tile, fused)
+            a_trans, b_by_output = M.KINDS[kind][:2]
+            kernel = M.build(kind, tile, fused, M.copy_width(a, a_trans, tile.TM * tile.RT),
+                             M.copy_width(bs[0], not b_by_output, tile.TN * tile.CT))
             outs = [cuda.to_device(init) for _ in range(1 if STREAMED[kind] == "b" else copies)]
-            launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5))
-                           for r in range(copies)]
+            launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5),
+                            outs[r % len(outs)], outs[r % len(outs)]) for r in range(copies)]
             out = outs[0]
             kernel[grid, (tile.CT, tile.RT)](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
             got = out.copy_to_host()

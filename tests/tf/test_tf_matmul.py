@@ -18,10 +18,11 @@ from tf_numba import launch
 from tf_numba import matmul as M
 from tf_numba.config import GPT2
 
-SMALL = M.Tile(1, 2, 2, 2, 4)
-SMALL_2 = M.Tile(2, 1, 2, 2, 8)  # two rows a thread: the vector loads across outputs
+SMALL = M.Tile(1, 2, 2, 2, 4, 2)
+SMALL_2 = M.Tile(2, 1, 2, 2, 8, 3)  # two rows a thread: the vector loads across outputs
 SMALL_ROW = M.RowTile(4, 3, 4)  # several blocks, and chunks that end ragged
-SIM_SHAPE = SimpleNamespace(T=5, D=7, N=9, V=11)
+# odd sizes: every copy moves one float; multiples of 4: 16-byte copies where a block's rows allow
+SIM_SHAPES = [SimpleNamespace(T=5, D=7, N=9, V=11), SimpleNamespace(T=6, D=8, N=12, V=16)]
 GPU_SHAPES = [SimpleNamespace(T=64, D=GPT2.d_model, N=n, V=GPT2.d_vocab) for n in (3 * 768, 768, 4 * 768)] + \
     [SimpleNamespace(T=64, D=4 * 768, N=768, V=GPT2.d_vocab)]  # c_attn, attn.c_proj, c_fc, mlp.c_proj
 FUSED = [pytest.param(True, id="fma"), pytest.param(False, id="nofma")]
@@ -143,7 +144,8 @@ def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
     if small_tile:
         monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: small_tile)
         monkeypatch.setattr(M, "row_tile_for", lambda n_cols, s_max: SMALL_ROW)
-    check(routine, SIM_SHAPE, fused)
+    for shape in SIM_SHAPES:
+        check(routine, shape, fused)
 
 
 @pytest.mark.gpu

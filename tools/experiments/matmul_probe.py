@@ -2,7 +2,7 @@
 and cudaProfilerStop, so that ncu can say where its time goes (stall reasons, occupancy, memory):
 
     ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \\
-        --section MemoryWorkloadAnalysis python3 tools/experiments/matmul_probe.py tf_fc 64 768 3072 long 2x2/8x8/64
+        --section MemoryWorkloadAnalysis python3 tools/experiments/matmul_probe.py tf_fc 64 768 3072 t_long 2x2/8x8/64/4
 
 Arguments: kind, rows, columns, sum length, then tile labels of tools/tf_matmul_sweep.py.
 """
@@ -32,11 +32,13 @@ def main(kind, rows, cols, S, *labels):
     for label in labels:
         tile = CANDIDATES[label]
         grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
-        kernel = M.build(kind, tile, True)
-        kernel[grid, (tile.CT, tile.RT)](a, b, start, out, row_range, S, np.float32(0.5))
+        kernel = M.build(kind, tile, True, M.copy_width(a, a_trans, tile.TM * tile.RT),
+                         M.copy_width(b, not b_by_output, tile.TN * tile.CT))
+        args = (a, b, start, out, row_range, S, np.float32(0.5), out, out)
+        kernel[grid, (tile.CT, tile.RT)](*args)
         cuda.synchronize()
         cuda.profile_start()
-        kernel[grid, (tile.CT, tile.RT)](a, b, start, out, row_range, S, np.float32(0.5))
+        kernel[grid, (tile.CT, tile.RT)](*args)
         cuda.synchronize()
         cuda.profile_stop()
         print(f"matmul_probe: {kind} {rows}x{cols}x{S} {label} {tile}", flush=True)
