@@ -69,13 +69,14 @@ KINDS = {
 # at once (their copies in flight while one is summed).
 Tile = namedtuple("Tile", "TM TN RT CT BK ST")
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = NARROW = T_WIDE = T_LONG = ROW = Tile(16, 16, 1, 1, 32, 3)
-else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-01-h200-train/sweep_*.json)
-    WIDE = Tile(4, 4, 16, 16, 16, 4)
-    MID = Tile(4, 2, 8, 16, 32, 4)
+    WIDE = MID = NARROW = T_WIDE = T_LONG = T_TALL = ROW = Tile(16, 16, 1, 1, 32, 3)
+else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-01-h200-async/sweep_fma.json)
+    WIDE = Tile(4, 4, 8, 16, 32, 2)
+    MID = Tile(4, 2, 8, 16, 32, 2)
     NARROW = Tile(2, 2, 16, 16, 16, 4)
     T_WIDE = Tile(2, 2, 8, 16, 64, 3)
     T_LONG = Tile(2, 1, 8, 16, 64, 4)
+    T_TALL = Tile(4, 1, 8, 16, 32, 4)
     ROW = Tile(1, 1, 4, 32, 32, 4)
 
 
@@ -126,10 +127,11 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
     - the other weight gradients and the training unembedding: 4 x 2 outputs a thread where
       there are over a million outputs, 2 x 2 otherwise;
-    - T rows: 2 x 2 outputs a thread for a few thousand columns, 2 x 1 for 768 columns (whose
-      sums are long, up to the vocabulary's 50,257 steps), and wherever B is read along s (the
-      input gradients: two columns a thread would read two rows of the same banks), in blocks
-      of 8 x 16 threads that stage 64 steps at a time.
+    - T rows where B is read along s (the input gradients of tf_fc_back: two columns a thread
+      would read two rows of the same banks): 2 x 1 outputs a thread for 768 columns, 4 x 1 for
+      more;
+    - other T rows (tf_fc, the unembedding's input gradient with its 50,257-step sums): 2 x 2
+      outputs a thread, in blocks of 8 x 16 threads that stage 64 steps at a time.
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
@@ -138,8 +140,8 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
         return WIDE
     if name in ("tf_fc_back_dweight", "tf_unembedding"):
         return MID if n_rows * n_cols > 1 << 20 else NARROW
-    if KINDS[name].b_by_output or n_cols <= 1024:
-        return T_LONG
+    if KINDS[name].b_by_output:
+        return T_TALL if n_cols > 1024 else T_LONG
     return T_WIDE
 
 

@@ -37,19 +37,19 @@ SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding_back_din", T, D, V, (T, V), (V, D), 1),
            ("tf_unembedding_back_dwte", V, D, T, (T, V), (T, D), 1)]
 CANDIDATES = {
-    "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "row": M.ROW,
-    "4x4/16x16/16/2": M.Tile(4, 4, 16, 16, 16, 2), "4x2/8x16/32/2": M.Tile(4, 2, 8, 16, 32, 2),
-    "4x4/8x16/32/2": M.Tile(4, 4, 8, 16, 32, 2), "2x2/16x16/16/2": M.Tile(2, 2, 16, 16, 16, 2),
+    "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "t_tall": M.T_TALL,
+    "row": M.ROW,
+    "4x4/16x16/16/2": M.Tile(4, 4, 16, 16, 16, 2), "4x4/16x16/16/4": M.Tile(4, 4, 16, 16, 16, 4),
+    "4x2/8x16/32/4": M.Tile(4, 2, 8, 16, 32, 4), "2x2/16x16/16/2": M.Tile(2, 2, 16, 16, 16, 2),
     "2x2/8x16/64/2": M.Tile(2, 2, 8, 16, 64, 2), "2x1/8x16/64/2": M.Tile(2, 1, 8, 16, 64, 2),
     "2x1/8x16/64/3": M.Tile(2, 1, 8, 16, 64, 3), "2x1/8x16/32/4": M.Tile(2, 1, 8, 16, 32, 4),
     "2x2/8x16/32/4": M.Tile(2, 2, 8, 16, 32, 4), "2x2/8x8/64/4": M.Tile(2, 2, 8, 8, 64, 4),
-    "1x1/16x16/32/4": M.Tile(1, 1, 16, 16, 32, 4), "4x1/8x16/32/4": M.Tile(4, 1, 8, 16, 32, 4),
-    "2x1/16x16/32/3": M.Tile(2, 1, 16, 16, 32, 3),
+    "1x1/16x16/32/4": M.Tile(1, 1, 16, 16, 32, 4), "2x1/16x16/32/3": M.Tile(2, 1, 16, 16, 32, 3),
 }
-MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/16/2", "4x2/8x16/32/2", "4x4/8x16/32/2", "2x2/16x16/16/2",
+MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/16/2", "4x4/16x16/16/4", "4x2/8x16/32/4", "2x2/16x16/16/2",
                 "t_wide"]
-T_ROWS = ["t_wide", "t_long", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3", "2x1/8x16/32/4",
-          "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "4x1/8x16/32/4", "2x1/16x16/32/3"]
+T_ROWS = ["t_wide", "t_long", "t_tall", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3",
+          "2x1/8x16/32/4", "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "2x1/16x16/32/3"]
 
 
 def candidates(kind, rows, cols, chosen):
