@@ -55,6 +55,7 @@ else:
     LN_THREADS, LN_BACK_THREADS, SOFTMAX_THREADS, ARGMAX_THREADS = 1024, 128, 256, 1024
     SOFTMAX_CHUNK = 4096  # exps staged in shared memory for the sequential sum, two chunks
     WARP = 32
+SOFTMAX_LOADS = 8  # loads in flight a tf_unembedding_softmax thread
 
 
 @cuda.jit
@@ -410,15 +411,22 @@ def tf_unembedding_softmax(out, rows):
     """Softmax of row rows[0] + blockIdx: the block finds the max (exact in any order); thread 0
     sums the exps in tf.c's order, a chunk at a time from shared memory, while the threads from
     WARP on compute the next chunk's exps into the other buffer; the block scales by the
-    reciprocal."""
+    reciprocal. The passes over the row keep SOFTMAX_LOADS loads in flight a thread (the row is
+    50,257 floats and 64 blocks read the logits at once: one load at a time waits on each)."""
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
+    row = out[i]
     partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
     m = f32(-np.inf)
-    for v in range(t, V, SOFTMAX_THREADS):
-        if out[i, v] > m:
-            m = out[i, v]
+    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_THREADS
+            got[u] = row[v] if v < V else f32(-np.inf)
+        for u in range(SOFTMAX_LOADS):
+            if got[u] > m:
+                m = got[u]
     partial[t] = m
     cuda.syncthreads()
     if t == 0:
@@ -431,15 +439,23 @@ def tf_unembedding_softmax(out, rows):
     chunks = cuda.shared.array((2, SOFTMAX_CHUNK), np.float32)
     n_chunks = -(-V // SOFTMAX_CHUNK)
     softmax_exp_sum = ZERO
+    EXP_THREADS = SOFTMAX_THREADS - WARP
     # step c: chunk c's exps go to the row and to buffer c % 2, as thread 0 adds chunk c - 1's
     for c in range(n_chunks + 1):
         if t >= WARP and c < n_chunks:
             c0 = c * SOFTMAX_CHUNK
             chunk = chunks[c % 2]
-            for v in range(t - WARP, min(SOFTMAX_CHUNK, V - c0), SOFTMAX_THREADS - WARP):
-                e = expf(out[i, c0 + v] - softmax_max)
-                out[i, c0 + v] = e
-                chunk[v] = e
+            n = min(SOFTMAX_CHUNK, V - c0)
+            for v0 in range(t - WARP, n, EXP_THREADS * SOFTMAX_LOADS):
+                for u in range(SOFTMAX_LOADS):
+                    v = v0 + u * EXP_THREADS
+                    got[u] = row[c0 + v] if v < n else ZERO
+                for u in range(SOFTMAX_LOADS):
+                    v = v0 + u * EXP_THREADS
+                    if v < n:
+                        e = expf(got[u] - softmax_max)
+                        row[c0 + v] = e
+                        chunk[v] = e
         if t == 0 and c > 0:
             c0 = (c - 1) * SOFTMAX_CHUNK
             softmax_exp_sum = staged_sum(softmax_exp_sum, chunks[(c - 1) % 2], np.uint64(0), min(SOFTMAX_CHUNK, V - c0))
@@ -448,8 +464,14 @@ def tf_unembedding_softmax(out, rows):
         partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()
     r_softmax_exp_sum = partial[1]
-    for v in range(t, V, SOFTMAX_THREADS):
-        out[i, v] = mul(out[i, v], r_softmax_exp_sum)
+    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_THREADS
+            got[u] = row[v] if v < V else ZERO
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_THREADS
+            if v < V:
+                row[v] = mul(got[u], r_softmax_exp_sum)
 
 
 @cuda.jit(device=True)
