@@ -298,12 +298,12 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
 
 @cuda.jit(device=True)
 def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused):
-    """Feature k's weight and bias gradients, sums over samples i ascending; the loads of UNROLL
-    samples go out together ahead of their steps."""
+    """Feature k's weight and bias gradients, sums over samples i ascending from the zeroed
+    gradient; the loads of UNROLL samples go out together ahead of their steps."""
     dout = cuda.local.array(UNROLL, np.float32)
     in_norm = cuda.local.array(UNROLL, np.float32)
-    dw = dL_dweight[k]
-    db = dL_dbias[k]
+    dw = ZERO
+    db = ZERO
     for i0 in range(0, T, UNROLL):
         for u in range(UNROLL):
             if i0 + u < T:

@@ -5,10 +5,10 @@ Six loops of tf.c are one shape of computation, out[i, j] = start + sum over s o
     kind                        tf.c                                     A(i, s)      B(s, j)      start
     tf_fc                       tf_fc's `*out += *in * *weight`           in[i, s]     w[s, j]      bias[j]
     tf_fc_back_din              tf_fc_back's `dot += dL_dout * weight`   dout[i, s]   w[j, s]      0
-    tf_fc_back_dweight          tf_fc_back's `*dL_dweight += ...`        in[s, i]     dout[s, j]   dw[i, j]
+    tf_fc_back_dweight          tf_fc_back's `*dL_dweight += ...`        in[s, i]     dout[s, j]   0
     tf_unembedding              the unembedding's `dot += ...`           ln_f[i, s]   wte[j, s]    0
     tf_unembedding_back_din     `*dL_din += *dL_dout * *weight`, scaled  dout[i, s]   wte[s, j]    0
-    tf_unembedding_back_dwte    `*dL_dweight += (dout * in) * r`         dout[s, i]   in[s, j]     dwte[i, j]
+    tf_unembedding_back_dwte    `*dL_dweight += (dout * in) * r`         dout[s, i]   in[s, j]     0
 
 The bits depend only on each output's own chain of roundings, so a kernel may compute outputs in
 any grouping as long as every output runs its whole sum alone, s ascending, from tf.c's start
@@ -52,17 +52,18 @@ ZERO = f32(0.0)
 VEC = 4  # summation steps a full chunk reads at a time
 PAD = 4  # floats after each staged row: rows stay 16 bytes aligned
 
-# a_trans: A(i, s) is a[s, i]; b_by_output: B(s, j) is b[j, s]; start_out: the sums start from what
-# out holds (gradients accumulate), else from start[j]; scaled_product: (A * B) * scale is the term;
-# scaled_result: the finished sum is multiplied by scale.
-Kind = namedtuple("Kind", "a_trans b_by_output start_out scaled_product scaled_result")
+# a_trans: A(i, s) is a[s, i]; b_by_output: B(s, j) is b[j, s]; scaled_product: (A * B) * scale is the
+# term; scaled_result: the finished sum is multiplied by scale. Every sum starts from start[j]: the
+# bias, or zeros (tf.c's dot products, and its gradients, which accumulate into an arena it zeroes
+# first: 0.0f + the first term is what the arena's first += gives).
+Kind = namedtuple("Kind", "a_trans b_by_output scaled_product scaled_result")
 KINDS = {
-    "tf_fc": Kind(False, False, False, False, False),
-    "tf_fc_back_din": Kind(False, True, False, False, False),
-    "tf_fc_back_dweight": Kind(True, False, True, False, False),
-    "tf_unembedding": Kind(False, True, False, False, False),
-    "tf_unembedding_back_din": Kind(False, False, False, False, True),
-    "tf_unembedding_back_dwte": Kind(True, False, True, True, False),
+    "tf_fc": Kind(False, False, False, False),
+    "tf_fc_back_din": Kind(False, True, False, False),
+    "tf_fc_back_dweight": Kind(True, False, False, False),
+    "tf_unembedding": Kind(False, True, False, False),
+    "tf_unembedding_back_din": Kind(False, False, False, True),
+    "tf_unembedding_back_dwte": Kind(True, False, True, False),
 }
 
 # TM x TN outputs per thread, RT x CT threads per block, BK summation steps a chunk, ST chunks staged
@@ -172,7 +173,7 @@ def stage_bytes(tile, name):
 def build(name, tile, fused, wa=1, wb=1, epilogue=None):
     """The kernel for KINDS[name] with this tile and fp model, its operands copied wa and wb floats
     at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
-    a_trans, b_by_output, start_out, scaled_product, scaled_result = KINDS[name]
+    a_trans, b_by_output, scaled_product, scaled_result = KINDS[name]
     TM, TN, RT, CT, BK, ST = tile
     assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= SHARED_BYTES, tile
     BM, BN, NT = TM * RT, TN * CT, RT * CT
@@ -305,13 +306,9 @@ def build(name, tile, fused, wa=1, wb=1, epilogue=None):
         for c in range(ST - 1):
             issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb)
         for m in range(TM):  # the starts load while the first chunks fly
-            i = i0 + ty * TM + m
             for n in range(TN):
                 j = j0 + tx * TN + n
-                if start_out:
-                    acc[m, n] = out[i, j] if i < i_end and j < N else ZERO
-                else:
-                    acc[m, n] = start[j] if j < N else ZERO
+                acc[m, n] = start[j] if j < N else ZERO
         c = U(0)
         while c < n_chunks:
             wait_staged()  # this thread's copies of chunk c have landed
@@ -437,9 +434,10 @@ def build_row(name, tile, fused, s_max, epilogue=None):
 
 @cuda.jit
 def tf_fc_back_dbias(dL_dout, dL_dbias, T):
-    """tf_fc_back's `*dL_dbias += *dL_dout`, samples i ascending, one thread per bias."""
+    """tf_fc_back's `*dL_dbias += *dL_dout` from the zeroed gradient, samples i ascending, one
+    thread per bias."""
     for u in range(cuda.grid(1), dL_dbias.shape[0], cuda.gridsize(1)):
-        acc = dL_dbias[u]
+        acc = ZERO
         for i in range(T):
             acc += dL_dout[i, u]
         dL_dbias[u] = acc

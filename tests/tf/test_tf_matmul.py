@@ -65,16 +65,17 @@ def fc(s, fused, rng, first=None, epilogue=None):
 
 
 def fc_back(s, fused, rng):
-    """tf_fc_back: backward.fc_back's three launches against the faithful kernel, the parameter
-    gradients starting from what earlier steps left (they accumulate)."""
+    """tf_fc_back: backward.fc_back's three launches against the faithful kernel, which adds to
+    the parameter gradients from tf.c's zeroed arena; the passes' kernels write them first
+    (over the garbage here)."""
     from tf_numba.backward import fc_back as pass_fc_back
 
     weight, inp, dL_dout = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.T, s.D),
                                                          random(rng, s.T, s.N)))
-    dweight0, dbias0 = random(rng, s.D, s.N), random(rng, s.N)
     outs = []
     for run in ("tiled", "faithful"):
-        dL_dweight, dL_dbias = cuda.to_device(dweight0), cuda.to_device(dbias0)
+        start = random if run == "tiled" else lambda rng, *shape: np.zeros(shape, np.float32)
+        dL_dweight, dL_dbias = cuda.to_device(start(rng, s.D, s.N)), cuda.to_device(start(rng, s.N))
         dL_din = cuda.device_array((s.T, s.D), np.float32)
         if run == "tiled":
             m = SimpleNamespace(zeros=cuda.to_device(np.zeros(max(s.D, s.N), np.float32)), fused=fused,
@@ -103,11 +104,11 @@ def unembedding_back(s, fused, rng):
     """The unembedding backward: backward.py's two launches against the faithful kernel."""
     wte, ln_f, dL_dout = (cuda.to_device(x) for x in (random(rng, s.V, s.D), random(rng, s.T, s.D),
                                                        random(rng, s.T, s.V)))
-    dwte0 = random(rng, s.V, s.D)
     r_input_size = np.float32(1.0) / np.float32(s.T)
     zeros = cuda.to_device(np.zeros(max(s.V, s.D), np.float32))
     outs = []
-    for run in ("tiled", "faithful"):
+    for run in ("tiled", "faithful"):  # the faithful kernel adds to tf.c's zeroed gradient; ours writes it
+        dwte0 = random(rng, s.V, s.D) if run == "tiled" else np.zeros((s.V, s.D), np.float32)
         dL_dwte, dL_din = cuda.to_device(dwte0), cuda.device_array((s.T, s.D), np.float32)
         if run == "tiled":
             launch.matmul("tf_unembedding_back_din", dL_dout, wte, zeros, dL_din, rows(0, s.T), s.T, fused,
