@@ -1,6 +1,6 @@
 """cudakit, the plumbing both ports share: the simulator's float32 fused multiply-add is exact (one
 rounding of a*b + c, ties included, against exact rational arithmetic rounded to nearest-even);
-mad's two profiles; vector_load's neighbours; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
+mad's two profiles; vector_load's neighbours; copy_async's copies and zeros; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
 Numba's advice off the terminal."""
 import os
 import subprocess
@@ -14,6 +14,7 @@ import pytest
 from numba import config, cuda
 
 from cudakit import devmath as fp
+from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.vector import SHARED_ALIGN, vector_load
 from tests.conftest import PYTHONPATH, ROOT
 
@@ -128,6 +129,47 @@ def test_vector_load_reads_neighbours_into_registers():
         want[4:6] = src[2 * t:2 * t + 2]
         want[6:16:3] = src[4 * t:4 * t + 4]
         assert np.array_equal(got[t], want), t
+
+
+CP_ROWS, CP_COLS = 3, 8  # a 2-D source whose rows are 16-byte copies wide
+COPY4, COPY1, WAIT_ALL = copy_async(4), copy_async(1), wait(0)
+
+
+@cuda.jit
+def copy_async_probe(src, n4, n1, out):
+    """Thread t copies 4 floats of src from flat offset 4 * t (n4[t] of them, zeros after), and 1
+    float from flat offset t + 1 (n1[t] of them) into a second buffer, as two groups; then every
+    thread waits, and after the barrier reads the other threads' copies out."""
+    t = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    sh = cuda.shared.array(2 * CP_ROWS * CP_COLS, np.float32, alignment=SHARED_ALIGN)
+    COPY4(sh, np.uint64(4 * t), src, np.uint64(4 * t), np.uint64(n4[t]))
+    commit()
+    COPY1(sh, np.uint64(4 * nt + t), src, np.uint64(t + 1), np.uint64(n1[t]))
+    commit()
+    WAIT_ALL()
+    cuda.syncthreads()
+    for q in range(t, 5 * nt, nt):
+        out[q] = sh[q]
+
+
+def test_copy_async_lands_after_the_wait_with_zeros_past_n():
+    """Each copy moves n floats from the row-major offset and zeros the rest of its width; the
+    waiting thread and the barrier make every thread's copies visible (GPU: cp.async of 16 and 4
+    bytes; simulator: the same in Python)."""
+    src = (np.arange(CP_ROWS * CP_COLS, dtype=np.float32) + np.float32(1.0)).reshape(CP_ROWS, CP_COLS)
+    threads = CP_ROWS * CP_COLS // 4
+    n4 = np.array([4, 3, 0, 1, 4, 2], dtype=np.int64)[:threads]
+    n1 = np.array([1, 0, 1, 1, 0, 1], dtype=np.int64)[:threads]
+    out = cuda.to_device(np.full(5 * threads, -1.0, np.float32))
+    copy_async_probe[1, threads](cuda.to_device(src), cuda.to_device(n4), cuda.to_device(n1), out)
+    got = out.copy_to_host()
+    flat = src.reshape(-1)
+    want = np.zeros(5 * threads, np.float32)
+    for t in range(threads):
+        want[4 * t:4 * t + n4[t]] = flat[4 * t:4 * t + n4[t]]
+        want[4 * threads + t] = flat[t + 1] if n1[t] else 0.0
+    assert np.array_equal(got, want)
 
 
 def test_byte_bounds_of_views():
