@@ -132,6 +132,7 @@ def test_vector_load_reads_neighbours_into_registers():
 
 
 CP_ROWS, CP_COLS = 3, 8  # a 2-D source whose rows are 16-byte copies wide
+CP_SHARED = 2 * CP_ROWS * CP_COLS  # a literal: the GPU compiler needs shared array sizes constant
 COPY4, COPY1, WAIT_ALL = copy_async(4), copy_async(1), wait(0)
 
 
@@ -142,7 +143,7 @@ def copy_async_probe(src, n4, n1, out):
     thread waits, and after the barrier reads the other threads' copies out."""
     t = cuda.threadIdx.x
     nt = cuda.blockDim.x
-    sh = cuda.shared.array(2 * CP_ROWS * CP_COLS, np.float32, alignment=SHARED_ALIGN)
+    sh = cuda.shared.array(CP_SHARED, np.float32, alignment=SHARED_ALIGN)
     COPY4(sh, np.uint64(4 * t), src, np.uint64(4 * t), np.uint64(n4[t]))
     commit()
     COPY1(sh, np.uint64(4 * nt + t), src, np.uint64(t + 1), np.uint64(n1[t]))

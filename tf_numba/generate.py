@@ -55,6 +55,7 @@ class Passes:
     def queue(self, key, launches):
         if self.stream is None or key not in self.seen:
             self.seen.add(key)
+            self.sync()  # copies queued on the stream land before default-stream kernels read them
             launches()
             cuda.synchronize()
             return
@@ -123,10 +124,13 @@ def generate(m, prompt, n_tokens, emit=None, recompute=False, sampler=None):
     """Append n_tokens tokens to prompt (greedy as tf.c, or drawn by sampler); emit(token) is
     called as each one is made. Returns the tokens."""
     T = len(prompt)
-    m.set_tokens(prompt)
-    m.last_rows.copy_to_device(np.array([T - 1, T], dtype=np.int64))
-    greedy = sampler is None
     passes = m.passes
+    # Host-to-device copies go on the passes' stream: a copy from pageable memory on the default
+    # stream may still be in flight when it returns, and the passes' stream does not wait for it.
+    stream = passes.stream or 0
+    m.set_tokens(prompt, stream)
+    m.last_rows.copy_to_device(np.array([T - 1, T], dtype=np.int64), stream=stream)
+    greedy = sampler is None
     tokens = []
 
     def made(token):
@@ -151,7 +155,7 @@ def generate(m, prompt, n_tokens, emit=None, recompute=False, sampler=None):
         done = []
         for k in range(n_tokens):
             next_pass(T - 1 + k)
-            m.tokens[T + k:T + k + 1].copy_to_host(made_on_device[k:k + 1], stream=passes.stream or 0)
+            m.tokens[T + k:T + k + 1].copy_to_host(made_on_device[k:k + 1], stream=stream)
             done.append(passes.stream.record() if passes.stream is not None else None)
         for k, event in enumerate(done):
             if event is not None:
@@ -167,7 +171,7 @@ def generate(m, prompt, n_tokens, emit=None, recompute=False, sampler=None):
             made(int(m.tokens[t + 1:t + 2].copy_to_host()[0]))
             continue
         token = sampler.pick(m.activations.unembedding.out[t].copy_to_host())
-        m.tokens[t + 1:t + 2].copy_to_device(np.array([token], dtype=np.uint16))
-        m.last_rows.copy_to_device(np.array([t + 1, t + 2], dtype=np.int64))
+        m.tokens[t + 1:t + 2].copy_to_device(np.array([token], dtype=np.uint16), stream=stream)
+        m.last_rows.copy_to_device(np.array([t + 1, t + 2], dtype=np.int64), stream=stream)
         made(token)
     return tokens

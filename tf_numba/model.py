@@ -47,8 +47,8 @@ class TFModel:
             self._rows[end] = cuda.to_device(np.array([0, end], dtype=np.int64))
         return self._rows[end]
 
-    def set_tokens(self, tokens):
-        """Copy token ids to the start of the device token buffer (zeros after them)."""
+    def set_tokens(self, tokens, stream=0):
+        """Copy token ids to the start of the device token buffer (zeros after them), on `stream`."""
         host = np.zeros(self.tokens.shape[0], dtype=np.uint16)
         host[: len(tokens)] = tokens
-        self.tokens.copy_to_device(host)
+        self.tokens.copy_to_device(host, stream=stream)
