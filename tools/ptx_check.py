@@ -1,7 +1,7 @@
 """Compiles the kernels that run in large blocks, the one-row matrix kernels and the forward
 kernels generation's decode step runs, for sm_90, on a machine with the CUDA toolkit but no GPU,
 and checks with ptxas that each one can launch at its block size, and that the tiled matrix
-kernels read their staged chunks with vector loads.
+kernels copy their operands with cp.async and read the staged chunks with vector loads.
 
 The simulator runs kernels as Python and never types them, so a kernel it runs can still fail to
 compile for the GPU, or compile to more registers than its block can hold (the launch then fails

@@ -1,7 +1,7 @@
 """Times tf_numba/matmul.py's kernels at GPT-2's shapes (T=64) under candidate tiles, on a GPU, and
 checks that every tile gives the same bits (a tile only groups outputs; each output's sum keeps
 its order, so any difference is a bug). This is how the tiles in matmul.py were chosen. The
-operand a pass streams from memory (a weight, or the weight gradient added to) cycles through
+operand a pass streams from memory (a weight, or the weight gradient written) cycles through
 copies past the L2, as in a pass; each shape class gets its own candidates. With --row it times
 the one-row kernel (build_row: generation's decode step) under candidate row tiles.
 
@@ -60,7 +60,7 @@ def candidates(kind, rows, cols, chosen):
     return chosen_label, list(dict.fromkeys([chosen_label] + labels))
 
 
-# the operand a pass streams from memory (a weight, or the weight gradient it adds to), which the
+# the operand a pass streams from memory (a weight, or the weight gradient it writes), which the
 # sweep cycles through copies of, past the L2, as a pass does; the rest stays in L2 as in a pass
 STREAMED = {"tf_fc": "b", "tf_fc_back_din": "b", "tf_unembedding": "b", "tf_unembedding_back_din": "b",
             "tf_fc_back_dweight": "out", "tf_unembedding_back_dwte": "out"}

@@ -10,16 +10,17 @@ A kernel left out that shortens the step by its own time sits on the critical pa
 shortens it by less runs beside it (a graph branch) or overlaps. Prints one line per variant.
 """
 import contextlib
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from numba import cuda  # noqa: E402
+
+from bench_tf import timed_replays  # noqa: E402
 
 from cudakit import stream  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
@@ -51,17 +52,9 @@ def l2_prefetch(x, sink):
         sink[0] = acc
 
 
-def timed(recorded, repeats=20, batches=5):
-    recorded()
-    cuda.synchronize()
-    means = []
-    for _ in range(batches):
-        t = time.perf_counter()
-        for _ in range(repeats):
-            recorded.launch()
-        recorded.sync()
-        means.append((time.perf_counter() - t) / repeats)
-    return statistics.median(means) * 1e3
+def timed(recorded):
+    """ms a replay: bench.py's timing (the median of five means of 20 replays)."""
+    return timed_replays(recorded, 20) * 1e3
 
 
 @contextlib.contextmanager
