@@ -62,8 +62,12 @@ def record_step(monkeypatch, m, T, skip_join=None):
                                                                             WRITES[kernel.__name__]))
     monkeypatch.setattr(launch, "blocks", lambda kernel, grid, block, shared, *args: note(kernel.__name__, args,
                                                                                          WRITES[kernel.__name__]))
-    monkeypatch.setattr(launch, "matmul", lambda name, a, b, start, out, *rest, **kw: note(name, (a, b, start, out),
-                                                                                         {3}))
+    def matmul(name, a, b, start, out, *rest, res=None, extra=None, **kw):
+        """A product writes out and, with an epilogue, extra; it reads res (a residual add)."""
+        args = (a, b, start, out, res, extra)
+        note(name, [x for x in args if x is not None], {3, 5} if res is not None else {3, 4})
+
+    monkeypatch.setattr(launch, "matmul", matmul)
     join = stream.join
     if skip_join is not None:  # (stream.beside's own join of an earlier branch of that name goes too)
         monkeypatch.setattr(stream, "join", lambda name: None if name == skip_join else join(name))
