@@ -122,7 +122,7 @@ def row_tile_for(n_cols, s_max):
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
-    """The tile the sweep timed fastest for GPT-2's shapes (both fp models), by their kind:
+    """The tile the sweep timed fastest for GPT-2's shapes (under fma; used for both fp models), by kind:
     - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
       to build_row instead): blocks of 4 x 32 threads, one output each;
     - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
