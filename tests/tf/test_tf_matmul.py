@@ -88,6 +88,36 @@ def fc_back(s, fused, rng):
     return outs
 
 
+def fc_short_sum(s, fused, rng):
+    """tf_fc summing only the first S = D - 3 steps of each row (launch.matmul's S), against the
+    faithful kernel on the truncated arrays: the last copies along s are partial (zeros after
+    the last real step, never summed)."""
+    S = s.D - 3
+    weight, bias, inp = random(rng, s.D, s.N), cuda.to_device(random(rng, s.N)), random(rng, s.T, s.D)
+    tiled, faithful = cuda.to_device(random(rng, s.T, s.N)), cuda.device_array((s.T, s.N), np.float32)
+    launch.matmul("tf_fc", cuda.to_device(inp), cuda.to_device(weight), bias, tiled, rows(0, s.T), s.T, fused, S=S)
+    launch.elementwise(K.tf_fc, s.T * s.N, cuda.to_device(weight[:S].copy()), bias, cuda.to_device(inp[:, :S].copy()),
+                       faithful, s.T, fused)
+    return bits(tiled), bits(faithful)
+
+
+def dweight_rows(s, fused, rng):
+    """tf_fc_back's weight gradient for all but the last input feature: the last copies along the
+    outputs are partial, and the row left out keeps what it held."""
+    inp, dL_dout = random(rng, s.T, s.D), random(rng, s.T, s.N)
+    held = random(rng, s.D, s.N)
+    tiled, faithful = cuda.to_device(held), cuda.to_device(np.zeros((s.D, s.N), np.float32))
+    zeros = cuda.to_device(np.zeros(max(s.D, s.N), np.float32))
+    launch.matmul("tf_fc_back_dweight", cuda.to_device(inp), cuda.to_device(dL_dout), zeros, tiled,
+                  rows(0, s.D - 1), s.D - 1, fused, S=s.T)
+    launch.elementwise(K.tf_fc_back, s.D * s.N + s.N + s.T * s.D, cuda.to_device(random(rng, s.D, s.N)),
+                       cuda.to_device(inp), cuda.to_device(dL_dout), faithful, cuda.device_array(s.N, np.float32),
+                       cuda.device_array((s.T, s.D), np.float32), s.T, fused)
+    want = faithful.copy_to_host()
+    want[-1] = held[-1]
+    return bits(tiled), [want.view(np.uint32)]
+
+
 def unembedding(s, fused, rng, first=None):
     """The unembedding: every row (training), or only row `first` (generation's last row)."""
     wte, ln_f = cuda.to_device(random(rng, s.V, s.D)), cuda.to_device(random(rng, s.T, s.D))
@@ -126,6 +156,7 @@ ROUTINES = {"tf_fc": fc, "tf_fc_last_row": lambda s, fused, rng: fc(s, fused, rn
             "tf_fc_add": lambda s, fused, rng: fc(s, fused, rng, epilogue="add"),
             "tf_fc_last_row_gelu": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="gelu"),
             "tf_fc_last_row_add": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="add"),
+            "tf_fc_short_sum": fc_short_sum, "tf_fc_back_dweight_rows": dweight_rows,
             "tf_fc_back": fc_back, "tf_unembedding": unembedding,
             "tf_unembedding_last_row": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2),
             "tf_unembedding_back": unembedding_back}
