@@ -68,9 +68,6 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epil
         kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
         return
     tile = M.tile_for(name, n_rows, out.shape[1], S, fused)
-    BM, BN = tile.TM * tile.RT, tile.TN * tile.CT
-    kind = M.KINDS[name]
-    kernel = M.build(name, tile, fused, M.copy_width(a, kind.a_trans, BM), M.copy_width(b, not kind.b_by_output, BN),
-                     epilogue)
-    kernel[(-(-out.shape[1] // BN), -(-n_rows // BM)), (tile.CT, tile.RT), Target.stream](
+    grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
+    M.tiled(name, tile, fused, a, b, epilogue)[grid, (tile.CT, tile.RT), Target.stream](
         a, b, start, out, rows, S, scale, res, extra)

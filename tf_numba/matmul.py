@@ -170,7 +170,30 @@ def stage_bytes(tile, name):
 
 
 @functools.cache
-def build(name, tile, fused, wa=1, wb=1, epilogue=None):
+def make_store(epilogue):
+    """out[i, j] = v, then the epilogue: the element-wise statement tf.c runs next on the output,
+    "gelu" (tf_gelu of it into extra), "add" (tf_add: res + it into extra), or None."""
+
+    @cuda.jit(device=True)
+    def store(out, res, extra, i, j, v):
+        out[i, j] = v
+        if epilogue == "gelu":
+            extra[i, j] = gelu(v)
+        elif epilogue == "add":
+            extra[i, j] = res[i, j] + v
+
+    return store
+
+
+def tiled(name, tile, fused, a, b, epilogue=None):
+    """build's kernel for these operands: their copy widths from their alignment (copy_width)."""
+    a_trans, b_by_output = KINDS[name][:2]
+    return build(name, tile, fused, copy_width(a, a_trans, tile.TM * tile.RT),
+                 copy_width(b, not b_by_output, tile.TN * tile.CT), epilogue)
+
+
+@functools.cache
+def build(name, tile, fused, wa, wb, epilogue=None):
     """The kernel for KINDS[name] with this tile and fp model, its operands copied wa and wb floats
     at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
     a_trans, b_by_output, scaled_product, scaled_result = KINDS[name]
@@ -192,6 +215,7 @@ def build(name, tile, fused, wa=1, wb=1, epilogue=None):
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
     wait_staged = wait(ST - 2)
+    store = make_store(epilogue)
 
     def make_issue(by_s, ROWS, ROW_LEN, W, full):
         """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
@@ -327,12 +351,7 @@ def build(name, tile, fused, wa=1, wb=1, epilogue=None):
             for n in range(TN):
                 j = j0 + tx * TN + n
                 if i < i_end and j < N:
-                    v = mul(acc[m, n], scale) if scaled_result else acc[m, n]
-                    out[i, j] = v
-                    if epilogue == "gelu":
-                        extra[i, j] = gelu(v)
-                    elif epilogue == "add":
-                        extra[i, j] = res[i, j] + v
+                    store(out, res, extra, i, j, mul(acc[m, n], scale) if scaled_result else acc[m, n])
 
     kernel.__name__ = kernel.__qualname__ = name + ("_" + epilogue if epilogue else "")  # the C loop's name
     return cuda.jit(kernel)
@@ -351,6 +370,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
     LOADS = -(-KC * BN // NT)
     X_LOADS = -(-s_max // NT)
     STEP = np.uint64(B_COLS)  # an output's consecutive steps in a staged chunk
+    store = make_store(epilogue)
 
     @cuda.jit(device=True)
     def fetch(b, s0, S, j0, N, t, rb):
@@ -422,11 +442,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
             if c + 1 < n_chunks:
                 acc = chunk(c + 1, n_chunks, r1, np.uint64(BUF), b, xs, bufs, S, j0, N, t, acc)
         if t < BN and j < N:
-            out[i, j] = acc
-            if epilogue == "gelu":
-                extra[i, j] = gelu(acc)
-            elif epilogue == "add":
-                extra[i, j] = res[i, j] + acc
+            store(out, res, extra, i, j, acc)
 
     kernel.__name__ = kernel.__qualname__ = name + "_row" + ("_" + epilogue if epilogue else "")
     return cuda.jit(kernel)

@@ -168,9 +168,7 @@ def sweep_tiles(fused):
             if tile.ST * M.stage_bytes(tile, kind) > M.SHARED_BYTES:
                 continue
             grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
-            a_trans, b_by_output = M.KINDS[kind][:2]
-            kernel = M.build(kind, tile, fused, M.copy_width(a, a_trans, tile.TM * tile.RT),
-                             M.copy_width(bs[0], not b_by_output, tile.TN * tile.CT))
+            kernel = M.tiled(kind, tile, fused, a, bs[0])
             outs = [cuda.to_device(init) for _ in range(1 if STREAMED[kind] == "b" else copies)]
             launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5),
                             outs[r % len(outs)], outs[r % len(outs)]) for r in range(copies)]

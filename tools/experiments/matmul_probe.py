@@ -32,8 +32,7 @@ def main(kind, rows, cols, S, *labels):
     for label in labels:
         tile = CANDIDATES[label]
         grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
-        kernel = M.build(kind, tile, True, M.copy_width(a, a_trans, tile.TM * tile.RT),
-                         M.copy_width(b, not b_by_output, tile.TN * tile.CT))
+        kernel = M.tiled(kind, tile, True, a, b)
         args = (a, b, start, out, row_range, S, np.float32(0.5), out, out)
         kernel[grid, (tile.CT, tile.RT)](*args)
         cuda.synchronize()
