@@ -297,6 +297,26 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         for k in range(VEC):
             terms(av, bv, k, acc, scale)
 
+    def make_groups(g):
+        """Groups g .. BK / VEC - 1 of a full chunk as straight-line code: NVVM leaves a loop over
+        them rolled (two groups an iteration, each group's loads waiting before its terms), so each
+        group is its own call with a constant offset and every load can be issued ahead."""
+        if g == BK // VEC:
+            @cuda.jit(device=True)
+            def done(sa, sb, ab, bb, tx, ty, av, bv, acc, scale):
+                pass
+            return done
+        rest, SS = make_groups(g + 1), g * VEC
+
+        @cuda.jit(device=True)
+        def groups(sa, sb, ab, bb, tx, ty, av, bv, acc, scale):
+            steps(sa, sb, ab, bb, SS, tx, ty, av, bv, acc, scale)
+            rest(sa, sb, ab, bb, tx, ty, av, bv, acc, scale)
+
+        return groups
+
+    full_chunk = make_groups(0)
+
     @cuda.jit(device=True)
     def step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale):
         """Step ss alone (the last, partial chunk)."""
@@ -339,9 +359,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
             cuda.syncthreads()  # everyone's have; and everyone has summed chunk c - 1, whose slot is next
             issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb)
             ab, bb = (c % U(ST)) * U(A_SIZE), (c % U(ST)) * U(B_SIZE)
-            if (c + U(1)) * U(BK) <= Su:  # a whole chunk: a constant trip count, so every load is base + constant
-                for g in range(BK // VEC):
-                    steps(sa, sb, ab, bb, g * VEC, tx, ty, av, bv, acc, scale)
+            if (c + U(1)) * U(BK) <= Su:  # a whole chunk: every load is base + constant
+                full_chunk(sa, sb, ab, bb, tx, ty, av, bv, acc, scale)
             else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
                 for ss in range(S % BK):
                     step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale)
