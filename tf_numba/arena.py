@@ -13,6 +13,12 @@ from numba import cuda
 from .config import Config
 
 ALIGN = 64  # floats: 256 bytes
+ROW_ALIGN = 4  # floats: 16 bytes, one asynchronous copy of the matrix kernels (matmul.copy_width)
+
+
+def padded(n):
+    """A row length of at least n floats whose rows all start 16 bytes aligned."""
+    return -(-n // ROW_ALIGN) * ROW_ALIGN
 
 
 class Arena:
@@ -114,9 +120,12 @@ def gradients_layout(cfg: Config):
 
 
 def activations_back_layout(cfg: Config):
-    """struct tf_activations_back, with two differences that let heads and queries run in
-    parallel: attn.softmax.out holds one row per (head, query) where tf.c reuses one row, and
-    `loss` keeps on the device the total that tf.c keeps in a local."""
+    """struct tf_activations_back, with three differences: attn.softmax.out holds one row per
+    (head, query) where tf.c reuses one row, so that heads and queries run in parallel; `loss`
+    keeps on the device the total that tf.c keeps in a local; and unembedding.out (dL/dlogits)
+    has its rows padded to whole 16-byte runs (padded), which the unembedding backward's matrix
+    kernels copy 16 bytes at a time (50,257-float rows would take 4-byte copies). The padding is
+    never written or summed."""
     S, D, H, V = cfg.d_seq, cfg.d_model, cfg.n_heads, cfg.d_vocab
     return [
         ("embedding.out", (S, D)),
@@ -132,7 +141,7 @@ def activations_back_layout(cfg: Config):
         ("res_2.in_2", (S, D)),
         ("res_2.out", (S, D)),
         ("ln_f.out", (S, D)),
-        ("unembedding.out", (S, V)),
+        ("unembedding.out", (S, padded(V))),
         ("loss", (1,)),
     ]
 

@@ -36,6 +36,19 @@ def fc_back(m, name, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
         launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
 
 
+def unembedding_back(m, wte, ln_f, dL_dout, dL_dwte, dL_din, T):
+    """The unembedding backward: two independent sets of sums over dL/dlogits, whose rows may be
+    longer than d_vocab (the arena pads them; only d_vocab steps are summed). The wte gradient
+    goes on the branch "wte", joined before the embedding backward adds to it."""
+    V = dL_dwte.shape[0]
+    r_input_size = np.float32(1.0) / np.float32(T)
+    launch.matmul("tf_unembedding_back_din", dL_dout, wte, m.zeros, dL_din, m.rows(T), T, m.fused, S=V,
+                  scale=r_input_size)
+    with stream.beside("wte"):
+        launch.matmul("tf_unembedding_back_dwte", dL_dout, ln_f, m.zeros, dL_dwte, m.rows(V), V, m.fused, S=T,
+                      scale=r_input_size)
+
+
 def backward(m, T, validation=NO_VALIDATION):
     """Backward over the forward pass of tokens[0:T], with targets tokens[1:T+1]."""
     cfg, p, a, g, b, fused = m.cfg, m.parameters, m.activations, m.gradients, m.activations_back, m.fused
@@ -45,17 +58,12 @@ def backward(m, T, validation=NO_VALIDATION):
     stream.join("gradients")
 
     # dL/dlogits = p - onehot: a copy of the probabilities, then the loss kernel edits it.
-    launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out[:T].reshape(-1), a.unembedding.out[:T].reshape(-1))
+    launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out, a.unembedding.out, T)
     launch.blocks(K.tf_loss, 1, 1, 0, b.unembedding.out, m.tokens[1:], b.loss, T)
     validation.time("unembedding")
     validation.sum("backward.loss", b.loss, 1)
 
-    r_input_size = np.float32(1.0) / np.float32(T)
-    launch.matmul("tf_unembedding_back_din", b.unembedding.out, p.wte.weight, m.zeros, b.ln_f.out, m.rows(T), T,
-                  fused, scale=r_input_size)
-    with stream.beside("wte"):  # joined before the embedding backward adds to it
-        launch.matmul("tf_unembedding_back_dwte", b.unembedding.out, a.ln_f.out, m.zeros, g.wte.weight, m.rows(V), V,
-                      fused, S=T, scale=r_input_size)
+    unembedding_back(m, p.wte.weight, a.ln_f.out, b.unembedding.out, g.wte.weight, b.ln_f.out, T)
     validation.time("unembedding")
     validation.sum("backward.unembedding.wte", g.wte.weight, V * D)
     validation.sum("backward.ln_f.out", b.ln_f.out, T * D)

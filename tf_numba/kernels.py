@@ -66,10 +66,13 @@ def tf_memset(out, value):
 
 
 @cuda.jit
-def tf_memcpy(out, inp):
-    """memcpy between flat float arrays of one length."""
-    for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        out[i] = inp[i]
+def tf_memcpy(out, inp, T):
+    """memcpy of inp's first T rows into out's, whose rows may be longer (padded: the rest is left
+    as it is)."""
+    N = inp.shape[1]
+    for k in range(cuda.grid(1), T * N, cuda.gridsize(1)):
+        i, j = k // N, k % N
+        out[i, j] = inp[i, j]
 
 
 @cuda.jit

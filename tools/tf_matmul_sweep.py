@@ -22,6 +22,7 @@ from numba import cuda  # noqa: E402
 
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
+from tf_numba.arena import padded  # noqa: E402
 from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
 from tool_cli import OneLineParser, parsed, path_arg, unwritable  # noqa: E402
 
@@ -34,8 +35,8 @@ for n_in, n_out in ((D, 3 * D), (D, D), (D, 4 * D), (4 * D, D)):  # c_attn, attn
                ("tf_fc_back_dweight", n_in, n_out, T, (T, n_in), (T, n_out), 12)]
 SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding", 1, V, D, (T, D), (V, D), 0),  # one generated token
-           ("tf_unembedding_back_din", T, D, V, (T, V), (V, D), 1),
-           ("tf_unembedding_back_dwte", V, D, T, (T, V), (T, D), 1)]
+           ("tf_unembedding_back_din", T, D, V, (T, padded(V)), (V, D), 1),  # dL/dlogits: the arena's padded rows
+           ("tf_unembedding_back_dwte", V, D, T, (T, padded(V)), (T, D), 1)]
 CANDIDATES = {
     "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "t_tall": M.T_TALL,
     "row": M.ROW,

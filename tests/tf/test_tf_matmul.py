@@ -131,23 +131,27 @@ def unembedding(s, fused, rng, first=None):
 
 
 def unembedding_back(s, fused, rng):
-    """The unembedding backward: backward.py's two launches against the faithful kernel."""
-    wte, ln_f, dL_dout = (cuda.to_device(x) for x in (random(rng, s.V, s.D), random(rng, s.T, s.D),
-                                                       random(rng, s.T, s.V)))
+    """The unembedding backward: backward.py's two launches, on dL/dlogits with rows padded to
+    whole 16-byte runs as the arena pads them, and 4 floats more (so that every shape has
+    garbage past d_vocab, which must never be summed), against the faithful kernel."""
+    from tf_numba.arena import padded
+    from tf_numba.backward import unembedding_back as pass_unembedding_back
+
+    wte, ln_f = cuda.to_device(random(rng, s.V, s.D)), cuda.to_device(random(rng, s.T, s.D))
+    dL_dout_padded = random(rng, s.T, padded(s.V) + 4)
+    dL_dout = dL_dout_padded[:, :s.V].copy()
     r_input_size = np.float32(1.0) / np.float32(s.T)
-    zeros = cuda.to_device(np.zeros(max(s.V, s.D), np.float32))
+    m = SimpleNamespace(zeros=cuda.to_device(np.zeros(max(s.V, s.D), np.float32)), fused=fused,
+                        rows=lambda end: rows(0, end))
     outs = []
     for run in ("tiled", "faithful"):  # the faithful kernel adds to tf.c's zeroed gradient; ours writes it
         dwte0 = random(rng, s.V, s.D) if run == "tiled" else np.zeros((s.V, s.D), np.float32)
         dL_dwte, dL_din = cuda.to_device(dwte0), cuda.device_array((s.T, s.D), np.float32)
         if run == "tiled":
-            launch.matmul("tf_unembedding_back_din", dL_dout, wte, zeros, dL_din, rows(0, s.T), s.T, fused,
-                          scale=r_input_size)
-            launch.matmul("tf_unembedding_back_dwte", dL_dout, ln_f, zeros, dL_dwte, rows(0, s.V), s.V, fused,
-                          S=s.T, scale=r_input_size)
+            pass_unembedding_back(m, wte, ln_f, cuda.to_device(dL_dout_padded), dL_dwte, dL_din, s.T)
         else:
-            launch.elementwise(K.tf_unembedding_back, s.V * s.D + s.T * s.D, wte, ln_f, dL_dout, dL_dwte, dL_din,
-                               s.T, r_input_size, fused)
+            launch.elementwise(K.tf_unembedding_back, s.V * s.D + s.T * s.D, wte, ln_f, cuda.to_device(dL_dout),
+                               dL_dwte, dL_din, s.T, r_input_size, fused)
         outs.append(bits(dL_dwte, dL_din))
     return outs
 
