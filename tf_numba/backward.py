@@ -125,9 +125,8 @@ def backward(m, T, validation=NO_VALIDATION):
             validation.sum(f"backward.{last}.attn.z", b.attn.z.out, T * D)
 
         stream.join("attn.c_attn")  # the layer above's reads b.attn.c_attn.out
-        launch.elementwise(K.tf_attn_back_dot, H * T * T, b.attn.z.out, x.attn.c_attn.out, b.attn.softmax.out,
-                           T, d_k, fused)
-        launch.blocks(K.tf_attn_back_softmax, H * T, K.ATTN_LANES, 0, x.attn.softmax.out, b.attn.softmax.out, T, fused)
+        launch.blocks(K.tf_attn_back_row, H * T, K.ATTN_THREADS, 0, b.attn.z.out, x.attn.c_attn.out,
+                      x.attn.softmax.out, b.attn.softmax.out, T, d_k, fused)
         launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
                            b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
         validation.time("attn.z")

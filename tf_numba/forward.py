@@ -39,11 +39,15 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         if first:
             validation.sum("forward.h0.attn.c_attn", x.attn.c_attn.out, T * 3 * D)
 
-        launch.elementwise(K.tf_attn_scores, H * n * T, x.attn.c_attn.out, x.attn.softmax.out, rows, n, T, d_k,
-                           m.rsqrt_d_k, fused)
-        launch.blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, x.attn.softmax.out, rows, n)
-        launch.elementwise(K.tf_attn_z, n * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, rows, n, d_k,
-                           fused)
+        if n > 1:
+            launch.blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out,
+                          rows, n, d_k, m.rsqrt_d_k, fused)
+        else:  # one row: its keys and outputs spread over a thread each
+            launch.elementwise(K.tf_attn_scores, H * n * T, x.attn.c_attn.out, x.attn.softmax.out, rows, n, T, d_k,
+                               m.rsqrt_d_k, fused)
+            launch.blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, x.attn.softmax.out, rows, n)
+            launch.elementwise(K.tf_attn_z, n * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, rows, n, d_k,
+                               fused)
         validation.time("attn.z")
         if first:
             validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)

@@ -134,6 +134,7 @@ def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
 
 UNROLL = 8  # loads a thread keeps in flight in an ordered sum
 ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax row
+ATTN_THREADS = 4 if config.ENABLE_CUDASIM else 64  # threads per tf_attn block: a key and an output each at d_k 64
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
@@ -335,36 +336,49 @@ def tf_attn_scores(c_attn, softmax, rows, n, n_keys, d_k, rsqrt_d_k, fused):
             softmax[h, q_i, k_i] = mul(dot, rsqrt_d_k)
 
 
+@cuda.jit(device=True)
+def staged_softmax(p, n, t, threads, part):
+    """p[0:n] (shared memory) becomes its softmax in place, as tf.c computes it: the max (exact in
+    any order: each of the block's `threads` threads takes every threads-th value, `part` holds
+    their maxima), the exps, their sum in order by thread 0, and each exp times the sum's
+    reciprocal. Every thread returns after a barrier, so that all of p may be read."""
+    m = f32(-np.inf)
+    for k in range(t, n, threads):
+        if p[k] > m:
+            m = p[k]
+    part[t] = m
+    cuda.syncthreads()
+    softmax_max = part[0]
+    for j in range(1, threads):
+        if part[j] > softmax_max:
+            softmax_max = part[j]
+    for k in range(t, n, threads):
+        p[k] = expf(p[k] - softmax_max)
+    cuda.syncthreads()  # also: every thread has read part before thread 0 reuses it
+    if t == 0:
+        part[0] = ONE / staged_sum(ZERO, p, np.uint64(0), n)
+    cuda.syncthreads()
+    r_softmax_sum = part[0]
+    for k in range(t, n, threads):
+        p[k] = mul(p[k], r_softmax_sum)
+    cuda.syncthreads()
+
+
 @cuda.jit
 def tf_attn_softmax(softmax, rows, n):
-    """Block h * n + q - rows[0] owns row (head h, query q): its lanes find the max (exact in any
-    order) and the exps over keys k <= q; one lane adds the exps in tf.c's order; the lanes
-    scale."""
+    """Block h * n + q - rows[0] owns row (head h, query q), keys k <= q: staged in shared memory,
+    its softmax (staged_softmax) by the block's lanes, written back."""
     h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
     lane = cuda.threadIdx.x
     row = softmax[h, q_i]
     n = q_i + 1
-    exps = cuda.shared.array(ATTN_T_MAX, np.float32)
+    p = cuda.shared.array(ATTN_T_MAX, np.float32)
     part = cuda.shared.array(ATTN_LANES, np.float32)
-    m = f32(-np.inf)
     for k in range(lane, n, ATTN_LANES):
-        if row[k] > m:
-            m = row[k]
-    part[lane] = m
-    cuda.syncthreads()
-    softmax_max = part[0]
-    for j in range(1, ATTN_LANES):
-        if part[j] > softmax_max:
-            softmax_max = part[j]
+        p[k] = row[k]
+    staged_softmax(p, n, lane, ATTN_LANES, part)
     for k in range(lane, n, ATTN_LANES):
-        exps[k] = expf(row[k] - softmax_max)
-    cuda.syncthreads()  # also: every lane has read part before lane 0 reuses it
-    if lane == 0:
-        part[0] = ONE / staged_sum(ZERO, exps, np.uint64(0), n)
-    cuda.syncthreads()
-    r_softmax_sum = part[0]
-    for k in range(lane, n, ATTN_LANES):
-        row[k] = mul(exps[k], r_softmax_sum)
+        row[k] = p[k]
 
 
 @cuda.jit
@@ -377,6 +391,32 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
         h = c // d_k
         n = q_i + 1
         z[q_i, c] = sequential_mad(ZERO, softmax[h, q_i, :n], c_attn[:n, 2 * D + c], n, ONE, False, fused)
+
+
+@cuda.jit
+def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused):
+    """The body of tf.c's loop over heads and queries, for (head h, query q) a block (block
+    h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, the row
+    kept in shared memory between them, every value computed as those kernels compute it (the
+    threads own keys, then staged_softmax, then the threads own outputs). The passes launch it
+    for many rows; the decode step's one row goes to the three kernels, which spread its keys
+    and outputs over more threads."""
+    h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
+    t = cuda.threadIdx.x
+    D = softmax.shape[0] * d_k
+    c = h * d_k
+    n_k = q_i + 1
+    row = softmax[h, q_i]
+    p = cuda.shared.array(ATTN_T_MAX, np.float32)  # the scores, their exps, the probabilities
+    part = cuda.shared.array(ATTN_THREADS, np.float32)
+    for k in range(t, n_k, ATTN_THREADS):
+        dot = sequential_mad(ZERO, c_attn[q_i, c:c + d_k], c_attn[k, D + c:D + c + d_k], d_k, ONE, False, fused)
+        p[k] = mul(dot, rsqrt_d_k)
+    staged_softmax(p, n_k, t, ATTN_THREADS, part)
+    for k in range(t, n_k, ATTN_THREADS):
+        row[k] = p[k]
+    for d in range(t, d_k, ATTN_THREADS):
+        z[q_i, c + d] = sequential_mad(ZERO, p[:n_k], c_attn[:n_k, 2 * D + c + d], n_k, ONE, False, fused)
 
 
 @cuda.jit(device=True)
@@ -646,6 +686,20 @@ def tf_attn_back_dot(dL_dz, c_attn, dL_da, T, d_k, fused):
             dL_da[h, i, j] = sequential_mad(ZERO, dL_dz[i, c:c + d_k], v, d_k, ONE, False, fused)
 
 
+@cuda.jit(device=True)
+def staged_ds(a, d, n, t, threads, part, out, fused):
+    """out[j] = dL_ds = a * (dL_da - row_sum) for j < n, from the row the block's `threads` threads
+    staged in shared memory (a: the softmax, d: dL_da), row_sum being the sum of a * dL_da in
+    order, by thread 0."""
+    cuda.syncthreads()
+    if t == 0:
+        part[0] = staged_dot(ZERO, a, np.uint64(0), U1, d, np.uint64(0), U1, n, fused)
+    cuda.syncthreads()
+    row_sum = part[0]
+    for j in range(t, n, threads):
+        out[j] = mul(a[j], d[j] - row_sum)
+
+
 @cuda.jit
 def tf_attn_back_softmax(softmax, dL_da, T, fused):
     """Block h * T + i owns row (head h, query i): its lanes stage a and dL_da for j <= i, one
@@ -660,13 +714,27 @@ def tf_attn_back_softmax(softmax, dL_da, T, fused):
     for j in range(lane, n, ATTN_LANES):
         a[j] = softmax[h, i, j]
         d[j] = dL_da[h, i, j]
-    cuda.syncthreads()
-    if lane == 0:
-        part[0] = staged_dot(ZERO, a, np.uint64(0), U1, d, np.uint64(0), U1, n, fused)
-    cuda.syncthreads()
-    row_sum = part[0]
-    for j in range(lane, n, ATTN_LANES):
-        dL_da[h, i, j] = mul(a[j], d[j] - row_sum)
+    staged_ds(a, d, n, lane, ATTN_LANES, part, dL_da[h, i], fused)
+
+
+@cuda.jit
+def tf_attn_back_row(dL_dz, c_attn, softmax, dL_da, T, d_k, fused):
+    """The first half of tf.c's backward loop body for row (head h, query i), a block each (block
+    h * T + i): tf_attn_back_dot and tf_attn_back_softmax in one launch, the row kept in shared
+    memory between them, every value computed as those kernels compute it: the threads own keys
+    j <= i (their dots dL_da), one thread forms row_sum, the threads write dL_ds."""
+    h, i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
+    t = cuda.threadIdx.x
+    D = dL_da.shape[0] * d_k
+    c = h * d_k
+    n = i + 1
+    a = cuda.shared.array(ATTN_T_MAX, np.float32)
+    d = cuda.shared.array(ATTN_T_MAX, np.float32)
+    part = cuda.shared.array(1, np.float32)
+    for j in range(t, n, ATTN_THREADS):
+        a[j] = softmax[h, i, j]
+        d[j] = sequential_mad(ZERO, dL_dz[i, c:c + d_k], c_attn[j, 2 * D + c:2 * D + c + d_k], d_k, ONE, False, fused)
+    staged_ds(a, d, n, t, ATTN_THREADS, part, dL_da[h, i], fused)
 
 
 @cuda.jit

@@ -155,7 +155,7 @@ def copy_width(x, by_s, rows):
 def run_width(row_len, aligned, by_s, rows):
     """4 where every run of 4 floats a chunk copies is 16 bytes aligned: the operand's start is
     (`aligned`) and its row length, and a by_s operand's runs start at multiples of its block's
-    `rows` outputs, a multiple of 4; else 1 (the vocabulary's 50,257-float rows). A by_s first
+    `rows` outputs, a multiple of 4; else 1 (a row length off a multiple of 4). A by_s first
     operand (the weight gradients' inputs) is summed from row 0, as backward.py launches it."""
     return 4 if aligned and row_len % 4 == 0 and (not by_s or rows % 4 == 0) else 1
 

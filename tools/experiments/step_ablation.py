@@ -155,9 +155,9 @@ def main():
         report("no tf_unembedding_softmax")
     with patched(launch, "ln", lambda *a: None), patched(launch, "ln_back", lambda *a: None):
         report("no layer norms")
-    attn = {K.tf_attn_scores, K.tf_attn_z, K.tf_attn_back_dot, K.tf_attn_back_qkv}
+    attn = {K.tf_attn_scores, K.tf_attn_z, K.tf_attn_back_qkv}
     with patched(launch, "elementwise", skipping(launch.elementwise, attn)), \
-            patched(launch, "blocks", skipping(launch.blocks, {K.tf_attn_softmax, K.tf_attn_back_softmax})):
+            patched(launch, "blocks", skipping(launch.blocks, {K.tf_attn, K.tf_attn_softmax, K.tf_attn_back_row})):
         report("no attention")
     order = weight_order(m)
     for ahead in (1, 2):
