@@ -26,11 +26,13 @@ def zero_gradients(m):
         launch.elementwise(K.tf_memset, wpe.shape[0], wpe, np.float32(0.0))
 
 
-def fc_back(m, name, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T):
+def fc_back(m, name, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, epilogue=None, res=None, extra=None):
     """tf_fc_back: three independent sets of sums (tf.c interleaves them; none reads another).
-    The weight and bias gradients go on the branch `name`, which reads dL_dout."""
+    The weight and bias gradients go on the branch `name`, which reads dL_dout. `epilogue`: the
+    element-wise statement tf.c runs next on dL_din (launch.matmul's)."""
     K_in = dL_dweight.shape[0]
-    launch.matmul("tf_fc_back_din", dL_dout, weight, m.zeros, dL_din, m.rows(T), T, m.fused)
+    launch.matmul("tf_fc_back_din", dL_dout, weight, m.zeros, dL_din, m.rows(T), T, m.fused, epilogue=epilogue,
+                  res=res, extra=extra)
     with stream.beside(name):
         launch.matmul("tf_fc_back_dweight", inp, dL_dout, m.zeros, dL_dweight, m.rows(K_in), K_in, m.fused, S=T)
         launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
@@ -80,16 +82,17 @@ def backward(m, T, validation=NO_VALIDATION):
         top = layer_i == L - 1
         layer_in = a.embedding.out if layer_i == 0 else a.h[layer_i - 1].res_2.out
 
+        # Each input gradient's next statement (tf_gelu_back, the residual tf_add) runs as its
+        # epilogue, so the branch that reads what the epilogue writes is joined before it.
+        stream.join("mlp.c_fc")  # the layer above's c_fc weight gradient reads b.mlp.c_fc.out
         fc_back(m, "mlp.c_proj", w.mlp.c_proj.weight, x.mlp.gelu.out, b.res_2.out, gw.mlp.c_proj.weight,
-                gw.mlp.c_proj.bias, b.mlp.gelu.out, T)
+                gw.mlp.c_proj.bias, b.mlp.gelu.out, T, epilogue="gelu_back", res=x.mlp.c_fc.out,
+                extra=b.mlp.c_fc.out)
         validation.time("mlp.c_proj")
         if top:
             validation.sum(f"backward.{last}.mlp.c_proj.weight", gw.mlp.c_proj.weight, 4 * D * D)
             validation.sum(f"backward.{last}.mlp.c_proj.bias", gw.mlp.c_proj.bias, D)
             validation.sum(f"backward.{last}.mlp.gelu.out", b.mlp.gelu.out, T * 4 * D)
-
-        stream.join("mlp.c_fc")  # the layer above's c_fc weight gradient reads b.mlp.c_fc.out
-        launch.elementwise(K.tf_gelu_back, T * 4 * D, x.mlp.c_fc.out, b.mlp.gelu.out, b.mlp.c_fc.out, T, fused)
         validation.time("mlp.gelu")
         if top:
             validation.sum(f"backward.{last}.mlp.c_fc.out", b.mlp.c_fc.out, T * 4 * D)
@@ -102,16 +105,14 @@ def backward(m, T, validation=NO_VALIDATION):
             validation.sum(f"backward.{last}.mlp.c_fc.bias", gw.mlp.c_fc.bias, 4 * D)
             validation.sum(f"backward.{last}.ln_2.out", b.ln_2.out, T * D)
 
+        stream.join("attn.c_proj")  # the layer above's reads b.res_1.out
         launch.ln_back(w.ln_2.weight, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, b.ln_2.out,
-                       gw.ln_2.weight, gw.ln_2.bias, b.res_2.in_2, T, fused)
+                       gw.ln_2.weight, gw.ln_2.bias, b.res_2.in_2, T, fused, res=b.res_2.out, extra=b.res_1.out)
         validation.time("ln_2")
         if top:
             validation.sum(f"backward.{last}.ln_2.weight", gw.ln_2.weight, D)
             validation.sum(f"backward.{last}.ln_2.bias", gw.ln_2.bias, D)
             validation.sum(f"backward.{last}.res_2.in_2", b.res_2.in_2, T * D)
-
-        stream.join("attn.c_proj")  # the layer above's reads b.res_1.out
-        launch.elementwise(K.tf_add, T * D, b.res_2.out, b.res_2.in_2, b.res_1.out, m.rows(T), T)
         validation.time("res_2")
         if top:
             validation.sum(f"backward.{last}.res_1.out", b.res_1.out, T * D)
@@ -141,17 +142,15 @@ def backward(m, T, validation=NO_VALIDATION):
             validation.sum(f"backward.{last}.attn.c_attn.bias", gw.attn.c_attn.bias, 3 * D)
             validation.sum(f"backward.{last}.ln_1.out", b.ln_1.out, T * D)
 
+        below = b.embedding.out if layer_i == 0 else b.res_2.out
+        stream.join("mlp.c_proj")  # this layer's reads b.res_2.out
         launch.ln_back(w.ln_1.weight, layer_in, x.ln_1.r_std, x.ln_1.mean, b.ln_1.out,
-                       gw.ln_1.weight, gw.ln_1.bias, b.res_1.in_2, T, fused)
+                       gw.ln_1.weight, gw.ln_1.bias, b.res_1.in_2, T, fused, res=b.res_1.out, extra=below)
         validation.time("ln_1")
         if top:
             validation.sum(f"backward.{last}.ln_1.weight", gw.ln_1.weight, D)
             validation.sum(f"backward.{last}.ln_1.bias", gw.ln_1.bias, D)
             validation.sum(f"backward.{last}.res_1.in_2", b.res_1.in_2, T * D)
-
-        below = b.embedding.out if layer_i == 0 else b.res_2.out
-        stream.join("mlp.c_proj")  # this layer's reads b.res_2.out
-        launch.elementwise(K.tf_add, T * D, b.res_1.out, b.res_1.in_2, below, m.rows(T), T)
         validation.time("res_1")
         if top:  # tf.c sums res_2.out here, also when (one layer) the add wrote the embedding's
             validation.sum(f"backward.h{max(L - 2, 0)}.res_2.out", b.res_2.out, T * D)

@@ -266,12 +266,13 @@ def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
 
 
 @cuda.jit
-def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
+def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add):
     """tf_ln_back. Blocks [0, T) take one sample each: the block stages dL/din_norm and in_norm
     in shared memory, the first and the last thread (different warps, so the two chains run
     side by side) form the two partial sums in order, every thread writes input gradients.
     The blocks after them own weight and bias gradients (sums over samples i ascending), one
-    feature per thread."""
+    feature per thread. With `add`, each input gradient also goes into the tf_add that tf.c
+    runs next: extra = res + it."""
     t = cuda.threadIdx.x
     D = inp.shape[1]
     if cuda.blockIdx.x >= T:
@@ -297,7 +298,10 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         acc = ZERO + staged[k]
         acc -= mean_partial
         acc = mad(fused, -var_partial, staged[D + k], acc)
-        dL_din[i, k] = mul(acc, r)
+        v = mul(acc, r)
+        dL_din[i, k] = v
+        if add:
+            extra[i, k] = res[i, k] + v
 
 
 @cuda.jit(device=True)
@@ -667,10 +671,15 @@ def tf_gelu_back(inp, dL_dout, dL_din, T, fused):
     N = dL_din.shape[1]
     for idx in range(cuda.grid(1), T * N, cuda.gridsize(1)):
         i, k = idx // N, idx % N
-        x = inp[i, k]
-        phi = mul(HALF, ONE + erff(mul(x, SQRT1_2)))
-        dgelu_din = mad(fused, mul(x, R_SQRT_2PI), expf(mul(mul(-HALF, x), x)), phi)
-        dL_din[i, k] = mul(dL_dout[i, k], dgelu_din)
+        dL_din[i, k] = gelu_back(inp[i, k], dL_dout[i, k], fused)
+
+
+@cuda.jit(device=True)
+def gelu_back(x, dL_dout, fused):
+    """tf_gelu_back's element: dL_dout * (phi(x) + x * the normal density at x)."""
+    phi = mul(HALF, ONE + erff(mul(x, SQRT1_2)))
+    dgelu_din = mad(fused, mul(x, R_SQRT_2PI), expf(mul(mul(-HALF, x), x)), phi)
+    return mul(dL_dout, dgelu_din)
 
 
 @cuda.jit

@@ -45,19 +45,24 @@ def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):
     blocks(K.tf_ln, n, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, rows, fused)
 
 
-def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
-    """tf_ln_back over T samples, a block each, then the blocks of the parameter gradients."""
+def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res=None, extra=None):
+    """tf_ln_back over T samples, a block each, then the blocks of the parameter gradients. With
+    `extra`, the tf_add that tf.c runs next (extra = res + dL_din) as each input gradient is
+    stored."""
     D = inp.shape[1]
+    add = extra is not None
+    res, extra = (res, extra) if add else (dL_din, dL_din)
     blocks(K.tf_ln_back, T + -(-D // K.LN_BACK_THREADS), K.LN_BACK_THREADS, 0,
-           weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused)
+           weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add)
 
 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):
     """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
     end)); S, the sum's length, is a's row length unless given. `epilogue` is the element-wise
     statement tf.c runs next on the outputs, which the kernel applies as it stores each one:
-    "gelu" (tf_gelu(out) into extra) or "add" (tf_add(res, out) into extra). One row of tf_fc or
-    of the unembedding goes to the one-row kernel."""
+    "gelu" (tf_gelu(out) into extra), "add" (tf_add(res, out) into extra) or "gelu_back"
+    (tf_gelu_back(res, out) into extra). One row of tf_fc or of the unembedding goes to the
+    one-row kernel."""
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
     res, extra = out if res is None else res, out if extra is None else extra

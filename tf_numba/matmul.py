@@ -44,7 +44,7 @@ from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
-from .kernels import U1, gelu, staged_dot
+from .kernels import U1, gelu, gelu_back, staged_dot
 
 f32 = np.float32
 U = np.uint64
@@ -169,10 +169,15 @@ def stage_bytes(tile, name):
     return 4 * (a + b)
 
 
+EPILOGUES = (None, "gelu", "add", "gelu_back")
+
+
 @functools.cache
-def make_store(epilogue):
+def make_store(epilogue, fused):
     """out[i, j] = v, then the epilogue: the element-wise statement tf.c runs next on the output,
-    "gelu" (tf_gelu of it into extra), "add" (tf_add: res + it into extra), or None."""
+    "gelu" (tf_gelu of it into extra), "add" (tf_add: res + it into extra), "gelu_back"
+    (tf_gelu_back of it, the gelu's input in res, into extra), or None."""
+    assert epilogue in EPILOGUES, epilogue
 
     @cuda.jit(device=True)
     def store(out, res, extra, i, j, v):
@@ -181,6 +186,8 @@ def make_store(epilogue):
             extra[i, j] = gelu(v)
         elif epilogue == "add":
             extra[i, j] = res[i, j] + v
+        elif epilogue == "gelu_back":
+            extra[i, j] = gelu_back(res[i, j], v, fused)
 
     return store
 
@@ -215,7 +222,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
     wait_staged = wait(ST - 2)
-    store = make_store(epilogue)
+    store = make_store(epilogue, fused)
 
     def make_issue(by_s, ROWS, ROW_LEN, W, full):
         """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
@@ -389,7 +396,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
     LOADS = -(-KC * BN // NT)
     X_LOADS = -(-s_max // NT)
     STEP = np.uint64(B_COLS)  # an output's consecutive steps in a staged chunk
-    store = make_store(epilogue)
+    store = make_store(epilogue, fused)
 
     @cuda.jit(device=True)
     def fetch(b, s0, S, j0, N, t, rb):

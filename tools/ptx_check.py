@@ -66,6 +66,9 @@ def tiled_label(name, tile, fused, wa, wb, epilogue):
     return f"{name}{'_' + epilogue if epilogue else ''} {tile} copies {wa}/{wb} {'fma' if fused else 'nofma'}"
 
 
+EPILOGUES = {"tf_fc": (None, "gelu", "add"), "tf_fc_back_din": (None, "gelu_back")}  # what the passes launch
+
+
 def gpt2_tiled():
     """(kind, tile, fused, A's and B's copy widths, epilogue) of every tiled kernel GPT-2's shapes
     launch (the arena's arrays start 16 bytes aligned); tf_fc also with forward.py's epilogues."""
@@ -78,7 +81,7 @@ def gpt2_tiled():
             tile = tf_matmul.tile_for(kind, rows, cols, S, fused)
             wa = tf_matmul.run_width(a_shape[1], True, a_trans, tile.TM * tile.RT)
             wb = tf_matmul.run_width(b_shape[1], True, not b_by_output, tile.TN * tile.CT)
-            for epilogue in ((None, "gelu", "add") if kind == "tf_fc" else (None,)):
+            for epilogue in EPILOGUES.get(kind, (None,)):
                 keys.add((kind, tile, fused, wa, wb, epilogue))
     return keys
 
@@ -92,8 +95,8 @@ KERNELS = [
     ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
     ("tf_argmax_logits", tf_kernels.tf_argmax_logits, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
     ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, L1, B), tf_kernels.LN_THREADS, None, False),
-    ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B), tf_kernels.LN_BACK_THREADS, None,
-     False),
+    ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B, F2, F2, B),
+     tf_kernels.LN_BACK_THREADS, None, False),
     # the forward kernels that take their rows from device memory (generation's decode step)
     ("tf_embedding", tf_kernels.tf_embedding, (F2, F2, U1, F2, L1, I64), BLOCK, None, False),
     ("tf_add", tf_kernels.tf_add, (F2, F2, F2, L1, I64), BLOCK, None, False),

@@ -64,27 +64,32 @@ def fc(s, fused, rng, first=None, epilogue=None):
     return bits(tiled, extra), [want.view(np.uint32)] + bits(extra_faithful)
 
 
-def fc_back(s, fused, rng):
+def fc_back(s, fused, rng, epilogue=None):
     """tf_fc_back: backward.fc_back's three launches against the faithful kernel, which adds to
     the parameter gradients from tf.c's zeroed arena; the passes' kernels write them first
-    (over the garbage here)."""
+    (over the garbage here). With the epilogue "gelu_back", also tf_gelu_back of the input
+    gradient against the faithful one's."""
     from tf_numba.backward import fc_back as pass_fc_back
 
     weight, inp, dL_dout = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.T, s.D),
                                                          random(rng, s.T, s.N)))
+    gelu_in = cuda.to_device(random(rng, s.T, s.D))  # the forward's c_fc.out, the gelu's input
     outs = []
     for run in ("tiled", "faithful"):
         start = random if run == "tiled" else lambda rng, *shape: np.zeros(shape, np.float32)
         dL_dweight, dL_dbias = cuda.to_device(start(rng, s.D, s.N)), cuda.to_device(start(rng, s.N))
-        dL_din = cuda.device_array((s.T, s.D), np.float32)
+        dL_din, dL_dgelu_in = cuda.device_array((s.T, s.D), np.float32), cuda.device_array((s.T, s.D), np.float32)
         if run == "tiled":
             m = SimpleNamespace(zeros=cuda.to_device(np.zeros(max(s.D, s.N), np.float32)), fused=fused,
                                 rows=lambda end: rows(0, end))
-            pass_fc_back(m, "fc", weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, s.T)
+            pass_fc_back(m, "fc", weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, s.T, epilogue=epilogue,
+                         res=gelu_in, extra=dL_dgelu_in if epilogue else None)
         else:
             launch.elementwise(K.tf_fc_back, s.D * s.N + s.N + s.T * s.D, weight, inp, dL_dout, dL_dweight,
                                dL_dbias, dL_din, s.T, fused)
-        outs.append(bits(dL_dweight, dL_dbias, dL_din))
+            if epilogue:
+                launch.elementwise(K.tf_gelu_back, s.T * s.D, gelu_in, dL_din, dL_dgelu_in, s.T, fused)
+        outs.append(bits(dL_dweight, dL_dbias, dL_din, *([dL_dgelu_in] if epilogue else [])))
     return outs
 
 
@@ -161,7 +166,8 @@ ROUTINES = {"tf_fc": fc, "tf_fc_last_row": lambda s, fused, rng: fc(s, fused, rn
             "tf_fc_last_row_gelu": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="gelu"),
             "tf_fc_last_row_add": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="add"),
             "tf_fc_short_sum": fc_short_sum, "tf_fc_back_dweight_rows": dweight_rows,
-            "tf_fc_back": fc_back, "tf_unembedding": unembedding,
+            "tf_fc_back": fc_back, "tf_fc_back_gelu_back": lambda s, fused, rng: fc_back(s, fused, rng, "gelu_back"),
+            "tf_unembedding": unembedding,
             "tf_unembedding_last_row": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2),
             "tf_unembedding_back": unembedding_back}
 
