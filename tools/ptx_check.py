@@ -66,7 +66,7 @@ def tiled_label(name, tile, fused, wa, wb, epilogue):
     return f"{name}{'_' + epilogue if epilogue else ''} {tile} copies {wa}/{wb} {'fma' if fused else 'nofma'}"
 
 
-EPILOGUES = {"tf_fc": (None, "gelu", "add"), "tf_fc_back_din": (None, "gelu_back")}  # what the passes launch
+PASS_EPILOGUES = {"tf_fc": (None, "gelu", "add"), "tf_fc_back_din": (None, "gelu_back")}  # what the passes launch
 
 
 def gpt2_tiled():
@@ -81,7 +81,7 @@ def gpt2_tiled():
             tile = tf_matmul.tile_for(kind, rows, cols, S, fused)
             wa = tf_matmul.run_width(a_shape[1], True, a_trans, tile.TM * tile.RT)
             wb = tf_matmul.run_width(b_shape[1], True, not b_by_output, tile.TN * tile.CT)
-            for epilogue in EPILOGUES.get(kind, (None,)):
+            for epilogue in PASS_EPILOGUES.get(kind, (None,)):
                 keys.add((kind, tile, fused, wa, wb, epilogue))
     return keys
 
@@ -117,7 +117,7 @@ KERNELS = [
     for name, tile, s_max, fused, epilogue in sorted(
         {(kind, tf_matmul.row_tile_for(cols, tf_matmul.row_s_max(S)), tf_matmul.row_s_max(S), fused, epilogue)
          for kind, cols, S in ROW_SHAPES for fused in (True, False)
-         for epilogue in ((None, "gelu", "add") if kind == "tf_fc" else (None,))}, key=str)
+         for epilogue in PASS_EPILOGUES.get(kind, (None,))}, key=str)
 ]
 
 
