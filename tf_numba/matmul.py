@@ -224,11 +224,12 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     wait_staged = wait(ST - 2)
     store = make_store(epilogue, fused)
 
-    def make_issue(by_s, ROWS, ROW_LEN, W, full):
+    def make_issue(by_s, ROWS, ROW_LEN, W, full, inside):
         """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
         each (zeros past the edges: staged, never summed). The operand is x[s, o] (by_s) or
         x[o, s], for its ROWS outputs from o0; consecutive threads copy consecutive runs. Every
-        index is unsigned (no negative-index fix-ups), and a `full` chunk skips the check on s."""
+        index is unsigned (no negative-index fix-ups), a `full` chunk skips the check on s, and
+        a block whose outputs are all `inside` the output skips the checks on o."""
         assert (ROWS if by_s else BK) % W == 0 or W == 1
         PER_ROW = (ROWS if by_s else BK) // W  # runs in a staged row
         RUNS = BK * ROWS // W
@@ -242,17 +243,19 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                 if EXACT or q < U(RUNS):
                     row, col = q // U(PER_ROW), q % U(PER_ROW) * U(W)
                     s, o = (s0 + row, o0 + col) if by_s else (s0 + col, o0 + row)
-                    n = U(0)
-                    if o < o_end and (full or s < S):
-                        n = min(o_end - o, U(W)) if by_s else (U(W) if full else min(S - s, U(W)))
+                    n = U(W)
+                    if not inside:
+                        n = U(0)
+                        if o < o_end and (full or s < S):
+                            n = min(o_end - o, U(W)) if by_s else (U(W) if full else min(S - s, U(W)))
                     src = s * ld + o if by_s else o * ld + s
                     copy(buf, base + row * U(ROW_LEN) + col, x, src if n > U(0) else U(0), n)
 
         return issue
 
-    def make_issue_both(full):
-        issue_a = make_issue(a_trans, BM, A_ROW, wa, full)
-        issue_b = make_issue(not b_by_output, BN, B_ROW, wb, full)
+    def make_issue_both(full, inside=False):
+        issue_a = make_issue(a_trans, BM, A_ROW, wa, full, inside)
+        issue_b = make_issue(not b_by_output, BN, B_ROW, wb, full, inside)
 
         @cuda.jit(device=True)
         def issue(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot):
@@ -261,15 +264,17 @@ def build(name, tile, fused, wa, wb, epilogue=None):
 
         return issue
 
-    issue_full, issue_edge = make_issue_both(True), make_issue_both(False)
+    issue_inside, issue_full, issue_edge = make_issue_both(True, True), make_issue_both(True), make_issue_both(False)
 
     @cuda.jit(device=True)
-    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb):
+    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, inside):
         """Chunk c's copies into slot c % ST, and the group closed (empty past the last chunk, so
         that every thread counts the same groups)."""
         if c < n_chunks:
             s0 = c * U(BK)
-            if s0 + U(BK) <= S:
+            if s0 + U(BK) <= S and inside:
+                issue_inside(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+            elif s0 + U(BK) <= S:
                 issue_full(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
             else:
                 issue_edge(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
@@ -354,8 +359,9 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         tu, Su, i0u, i_endu, j0u, Nu = U(ty * CT + tx), U(S), U(i0), U(i_end), U(j0), U(N)
         lda, ldb = U(a.shape[1]), U(b.shape[1])
         n_chunks = (Su + U(BK - 1)) // U(BK)
+        inside = i0u + U(BM) <= i_endu and j0u + U(BN) <= Nu  # no copy of this block's passes an edge of o
         for c in range(ST - 1):
-            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb)
+            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
         for m in range(TM):  # the starts load while the first chunks fly
             for n in range(TN):
                 j = j0 + tx * TN + n
@@ -364,7 +370,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         while c < n_chunks:
             wait_staged()  # this thread's copies of chunk c have landed
             cuda.syncthreads()  # everyone's have; and everyone has summed chunk c - 1, whose slot is next
-            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb)
+            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
             ab, bb = (c % U(ST)) * U(A_SIZE), (c % U(ST)) * U(B_SIZE)
             if (c + U(1)) * U(BK) <= Su:  # a whole chunk: every load is base + constant
                 full_chunk(sa, sb, ab, bb, tx, ty, av, bv, acc, scale)
