@@ -16,6 +16,7 @@ driver; without a driver those lookups are answered here.
 
 Exit status: 0 every kernel fits; 1 one does not, or the toolkit is missing or fails; 2 a usage error.
 """
+import multiprocessing
 import os
 import re
 import subprocess
@@ -162,6 +163,32 @@ def compile_errors():
                  if isinstance(getattr(error, name, None), type))
 
 
+def check(index):
+    """KERNELS[index] compiled and asked of ptxas: (its report line, whether it fits and holds what
+    it must), or (a one-line error, None) where NVVM or ptxas fails."""
+    name, kernel, signature, threads, cap, registers_only = KERNELS[index]
+    try:
+        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "kernel.ptx"
+            path.write_text(ptx)
+            regs, spill, smem, stack = ptxas(path, cap)
+    except compile_errors() as exc:
+        return (f"ptx_check: error: {name}: NVVM failed ({' '.join(str(exc).split())}); check the CUDA "
+                f"toolkit under CUDA_HOME={CUDA_HOME}"), None
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines() or ["no output"]
+        return (f"ptx_check: error: {name}: {PTXAS} failed ({detail[-1]}); check the CUDA toolkit under "
+                f"CUDA_HOME={CUDA_HOME}"), None
+    fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
+    fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
+    missing = [x for x in NEEDED.get(name, ()) if x not in ptx]
+    line = (f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
+            f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}"
+            + (f"; NO {', '.join(missing)} (the staged chunks are copied or read another way)" if missing else ""))
+    return line, fits and not missing
+
+
 def main(argv=None):
     if parsed(OneLineParser(prog="ptx_check.py", description=__doc__.splitlines()[0]).parse_args, argv,
               "ptx_check") is None:
@@ -175,30 +202,15 @@ def main(argv=None):
                   "set CUDA_HOME to the CUDA toolkit's folder", file=sys.stderr)
             return 1
     ok = True
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, kernel, signature, threads, cap, registers_only in KERNELS:
-            try:
-                ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
-                path = Path(tmp) / "kernel.ptx"
-                path.write_text(ptx)
-                regs, spill, smem, stack = ptxas(path, cap)
-            except compile_errors() as exc:
-                print(f"ptx_check: error: {name}: NVVM failed ({' '.join(str(exc).split())}); check the CUDA "
-                      f"toolkit under CUDA_HOME={CUDA_HOME}", file=sys.stderr)
+    # Each kernel compiles alone (NVVM, then ptxas), so they compile on every core; the reports
+    # come back in KERNELS' order.
+    with multiprocessing.get_context("fork").Pool(os.cpu_count() or 1) as pool:
+        for line, fits in pool.imap(check, range(len(KERNELS))):
+            if fits is None:
+                print(line, file=sys.stderr)
                 return 1
-            except (OSError, subprocess.CalledProcessError) as exc:
-                detail = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines() or ["no output"]
-                print(f"ptx_check: error: {name}: {PTXAS} failed ({detail[-1]}); check the CUDA toolkit under "
-                      f"CUDA_HOME={CUDA_HOME}", file=sys.stderr)
-                return 1
-            fits = regs * threads <= REGISTERS_PER_BLOCK and smem <= 48 * 1024 and not spill
-            fits &= not (registers_only and stack)  # local arrays left in memory: every access a load
-            missing = [x for x in NEEDED.get(name, ()) if x not in ptx]
-            ok &= fits and not missing
-            print(f"{name}: {threads} threads, max_registers {cap}: {regs} registers, {spill} bytes spilled, "
-                  f"{stack} bytes stack, {smem} bytes static shared: {'ok' if fits else 'DOES NOT FIT'}"
-                  + (f"; NO {', '.join(missing)} (the staged chunks are copied or read another way)" if missing
-                     else ""))
+            print(line)
+            ok &= fits
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 
