@@ -768,8 +768,26 @@ def tf_attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_
 
 @cuda.jit
 def tf_embedding_back(dL_dout, tokens, dL_dwte, dL_dwpe, T):
-    """One thread per feature k, samples in order (a token that repeats adds in order)."""
+    """One thread per feature k, samples in order (a token that repeats adds in order). The loads
+    of UNROLL samples go out together ahead of their adds, where one at a time each waited on the
+    store before it; a token repeated among them adds to the sum its latest earlier sample left."""
+    tok = cuda.local.array(UNROLL, np.int64)
+    dout = cuda.local.array(UNROLL, np.float32)
+    wte = cuda.local.array(UNROLL, np.float32)
+    wpe = cuda.local.array(UNROLL, np.float32)
     for k in range(cuda.grid(1), dL_dout.shape[1], cuda.gridsize(1)):
-        for i in range(T):
-            dL_dwte[tokens[i], k] += dL_dout[i, k]
-            dL_dwpe[i, k] += dL_dout[i, k]
+        for i0 in range(0, T, UNROLL):
+            for u in range(UNROLL):
+                if i0 + u < T:
+                    tok[u] = tokens[i0 + u]
+                    dout[u] = dL_dout[i0 + u, k]
+                    wte[u] = dL_dwte[tok[u], k]
+                    wpe[u] = dL_dwpe[i0 + u, k]
+            for u in range(UNROLL):
+                if i0 + u < T:
+                    for v in range(u):
+                        if tok[v] == tok[u]:
+                            wte[u] = wte[v]
+                    wte[u] += dout[u]
+                    dL_dwte[tok[u], k] = wte[u]
+                    dL_dwpe[i0 + u, k] = wpe[u] + dout[u]
