@@ -98,12 +98,15 @@ KERNELS = [
     ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, L1, B), tf_kernels.LN_THREADS, None, False),
     ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B, F2, F2, B),
      tf_kernels.LN_BACK_THREADS, None, False),
-    # the forward kernels that take their rows from device memory (generation's decode step)
-    ("tf_embedding", tf_kernels.tf_embedding, (F2, F2, U1, F2, L1, I64), BLOCK, None, False),
-    ("tf_add", tf_kernels.tf_add, (F2, F2, F2, L1, I64), BLOCK, None, False),
+    # the passes' fused attention
     ("tf_attn", tf_kernels.tf_attn, (F2, F3, F2, L1, I64, I64, F32, B), tf_kernels.ATTN_THREADS, None, False),
     ("tf_attn_back_row", tf_kernels.tf_attn_back_row, (F2, F2, F3, F3, I64, I64, B), tf_kernels.ATTN_THREADS, None,
      False),
+    # the backward's last kernel: its groups of samples must stay in registers
+    ("tf_embedding_back", tf_kernels.tf_embedding_back, (F2, U1, F2, F2, I64), BLOCK, None, True),
+    # the forward kernels that take their rows from device memory (generation's decode step)
+    ("tf_embedding", tf_kernels.tf_embedding, (F2, F2, U1, F2, L1, I64), BLOCK, None, False),
+    ("tf_add", tf_kernels.tf_add, (F2, F2, F2, L1, I64), BLOCK, None, False),
     ("tf_attn_scores", tf_kernels.tf_attn_scores, (F2, F3, L1, I64, I64, I64, F32, B), BLOCK, None, False),
     ("tf_attn_softmax", tf_kernels.tf_attn_softmax, (F3, L1, I64), tf_kernels.ATTN_LANES, None, False),
     ("tf_attn_z", tf_kernels.tf_attn_z, (F2, F3, F2, L1, I64, I64, B), BLOCK, None, False),
