@@ -153,7 +153,7 @@ def main():
         report("no tf_unembedding")
     with patched(launch, "blocks", skipping(launch.blocks, {K.tf_unembedding_softmax})):
         report("no tf_unembedding_softmax")
-    with patched(launch, "ln", lambda *a: None), patched(launch, "ln_back", lambda *a: None):
+    with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None):
         report("no layer norms")
     attn = {K.tf_attn_scores, K.tf_attn_z, K.tf_attn_back_qkv}
     with patched(launch, "elementwise", skipping(launch.elementwise, attn)), \
