@@ -29,6 +29,7 @@ import math
 import numpy as np
 from numba import config, cuda
 
+from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.devmath import mad, mul, sqrtf
 
 from .fp import erff, expf, logf
@@ -136,9 +137,19 @@ UNROLL = 8  # loads a thread keeps in flight in an ordered sum
 ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax row
 ATTN_THREADS = 4 if config.ENABLE_CUDASIM else 64  # threads per tf_attn block: a key and an output each at d_k 64
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
+# tf_attn's staging buffer: 65 rows of 65 floats (GPT-2's query and 64 keys, or 65 values), at
+# least two rows of the widest head (d_model <= LN_D_MAX); the simulator stages two rows a chunk,
+# so that its small shapes take several
+ATTN_KV = 65 * 65
+ATTN_CHUNK_ROWS = 2 if config.ENABLE_CUDASIM else ATTN_T_MAX
+wait_all = wait(0)  # every copy of this thread's has landed
+copy1 = copy_async(1)  # one float, global to shared memory
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
 LN_PER_THREAD = -(-LN_D_MAX // LN_THREADS)  # the features a tf_ln thread owns
+LN_BACK_PER_THREAD = -(-LN_D_MAX // LN_BACK_THREADS)  # the features a tf_ln_back thread owns
+LN_PARAMETER_LOADS = 16  # samples whose loads a tf_ln_back parameter thread keeps in flight
+assert ATTN_KV >= 2 * (LN_D_MAX + 1), "tf_attn stages two rows of the widest head at least"
 
 
 @cuda.jit(device=True)
@@ -272,7 +283,8 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     side by side) form the two partial sums in order, every thread writes input gradients.
     The blocks after them own weight and bias gradients (sums over samples i ascending), one
     feature per thread. With `add`, each input gradient also goes into the tf_add that tf.c
-    runs next: extra = res + it."""
+    runs next: extra = res + it. A thread's loads (its features' inputs, and res) all go out
+    before its first store, where a loop over them waited on each load in turn."""
     t = cuda.threadIdx.x
     D = inp.shape[1]
     if cuda.blockIdx.x >= T:
@@ -284,9 +296,23 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     r, m = r_std[i], mean[i]
     staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
     partial = cuda.shared.array(2, np.float32)
-    for k in range(t, D, LN_BACK_THREADS):
-        staged[k] = mul(dL_dout[i, k], weight[k])
-        staged[D + k] = mul(inp[i, k] - m, r)
+    dout = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
+    w = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
+    x = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
+    rs = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
+    for u in range(LN_BACK_PER_THREAD):
+        k = t + u * LN_BACK_THREADS
+        if k < D:
+            dout[u] = dL_dout[i, k]
+            w[u] = weight[k]
+            x[u] = inp[i, k]
+            if add:
+                rs[u] = res[i, k]
+    for u in range(LN_BACK_PER_THREAD):
+        k = t + u * LN_BACK_THREADS
+        if k < D:
+            staged[k] = mul(dout[u], w[u])
+            staged[D + k] = mul(x[u] - m, r)
     cuda.syncthreads()
     if t == 0:
         partial[0] = staged_sum(ZERO, staged, np.uint64(0), D) / f32(D)
@@ -294,32 +320,38 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         partial[1] = staged_dot(ZERO, staged, np.uint64(0), U1, staged, np.uint64(D), U1, D, fused) / f32(D)
     cuda.syncthreads()
     mean_partial, var_partial = partial[0], partial[1]
-    for k in range(t, D, LN_BACK_THREADS):
-        acc = ZERO + staged[k]
-        acc -= mean_partial
-        acc = mad(fused, -var_partial, staged[D + k], acc)
-        v = mul(acc, r)
-        dL_din[i, k] = v
-        if add:
-            extra[i, k] = res[i, k] + v
+    for u in range(LN_BACK_PER_THREAD):
+        k = t + u * LN_BACK_THREADS
+        if k < D:
+            acc = ZERO + staged[k]
+            acc -= mean_partial
+            acc = mad(fused, -var_partial, staged[D + k], acc)
+            v = mul(acc, r)
+            dL_din[i, k] = v
+            if add:
+                extra[i, k] = rs[u] + v
 
 
 @cuda.jit(device=True)
 def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused):
     """Feature k's weight and bias gradients, sums over samples i ascending from the zeroed
-    gradient; the loads of UNROLL samples go out together ahead of their steps."""
-    dout = cuda.local.array(UNROLL, np.float32)
-    in_norm = cuda.local.array(UNROLL, np.float32)
+    gradient; the loads of LN_PARAMETER_LOADS samples go out together ahead of their steps."""
+    dout = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
+    x = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
+    mu = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
+    rs = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
     dw = ZERO
     db = ZERO
-    for i0 in range(0, T, UNROLL):
-        for u in range(UNROLL):
+    for i0 in range(0, T, LN_PARAMETER_LOADS):
+        for u in range(LN_PARAMETER_LOADS):
             if i0 + u < T:
                 dout[u] = dL_dout[i0 + u, k]
-                in_norm[u] = mul(inp[i0 + u, k] - mean[i0 + u], r_std[i0 + u])
-        for u in range(UNROLL):
+                x[u] = inp[i0 + u, k]
+                mu[u] = mean[i0 + u]
+                rs[u] = r_std[i0 + u]
+        for u in range(LN_PARAMETER_LOADS):
             if i0 + u < T:
-                dw = mad(fused, dout[u], in_norm[u], dw)
+                dw = mad(fused, dout[u], mul(x[u] - mu[u], rs[u]), dw)
                 db += dout[u]
     dL_dweight[k] = dw
     dL_dbias[k] = db
@@ -400,27 +432,71 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
 @cuda.jit
 def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused):
     """The body of tf.c's loop over heads and queries, for (head h, query q) a block (block
-    h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, the row
-    kept in shared memory between them, every value computed as those kernels compute it (the
-    threads own keys, then staged_softmax, then the threads own outputs). The passes launch it
-    for many rows; the decode step's one row goes to the three kernels, which spread its keys
+    h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, every value
+    computed as those kernels compute it (the threads own keys, then staged_softmax, then the
+    threads own outputs). The query, the keys and then the values are copied into shared memory
+    a chunk of rows at a time (copies in flight together, where each thread's dot read its own key
+    row from global memory one load after another); the row of probabilities and z's partial sums
+    stay there between chunks. The values' first chunk flies during the softmax. The passes launch
+    it for many rows; the decode step's one row goes to the three kernels, which spread its keys
     and outputs over more threads."""
     h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
     t = cuda.threadIdx.x
     D = softmax.shape[0] * d_k
-    c = h * d_k
+    ld = np.uint64(c_attn.shape[1])
+    c = np.uint64(h * d_k)
     n_k = q_i + 1
     row = softmax[h, q_i]
     p = cuda.shared.array(ATTN_T_MAX, np.float32)  # the scores, their exps, the probabilities
     part = cuda.shared.array(ATTN_THREADS, np.float32)
-    for k in range(t, n_k, ATTN_THREADS):
-        dot = sequential_mad(ZERO, c_attn[q_i, c:c + d_k], c_attn[k, D + c:D + c + d_k], d_k, ONE, False, fused)
-        p[k] = mul(dot, rsqrt_d_k)
+    kv = cuda.shared.array(ATTN_KV, np.float32)  # the query, then a chunk of keys; later of values
+    zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums
+    S = np.uint64(d_k + 1)  # a staged row: an odd stride at even d_k, so a warp's rows hit distinct banks
+    keys = min(ATTN_CHUNK_ROWS, ATTN_KV // (d_k + 1) - 1)
+    values = min(ATTN_CHUNK_ROWS, ATTN_KV // (d_k + 1))
+    for d in range(t, d_k, ATTN_THREADS):
+        copy1(kv, np.uint64(d), c_attn, np.uint64(q_i) * ld + c + np.uint64(d), 1)
+    for k0 in range(0, n_k, keys):
+        rn = min(keys, n_k - k0)
+        for r in range(rn):
+            src = np.uint64(k0 + r) * ld + np.uint64(D) + c
+            for d in range(t, d_k, ATTN_THREADS):
+                copy1(kv, np.uint64(r + 1) * S + np.uint64(d), c_attn, src + np.uint64(d), 1)
+        commit()
+        wait_all()
+        cuda.syncthreads()
+        for k in range(t, rn, ATTN_THREADS):
+            dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, np.uint64(k + 1) * S, U1, d_k, fused)
+            p[k0 + k] = mul(dot, rsqrt_d_k)
+        cuda.syncthreads()  # the chunk is read before the next is copied over it
+    stage_values(c_attn, kv, 0, min(values, n_k), ld, np.uint64(2 * D) + c, S, d_k, t)
     staged_softmax(p, n_k, t, ATTN_THREADS, part)
     for k in range(t, n_k, ATTN_THREADS):
         row[k] = p[k]
     for d in range(t, d_k, ATTN_THREADS):
-        z[q_i, c + d] = sequential_mad(ZERO, p[:n_k], c_attn[:n_k, 2 * D + c + d], n_k, ONE, False, fused)
+        zs[d] = ZERO
+    for v0 in range(0, n_k, values):
+        rn = min(values, n_k - v0)
+        wait_all()
+        cuda.syncthreads()
+        for d in range(t, d_k, ATTN_THREADS):
+            zs[d] = staged_dot(zs[d], p, np.uint64(v0), U1, kv, np.uint64(d), S, rn, fused)
+        if v0 + values < n_k:
+            cuda.syncthreads()  # the chunk is read before the next is copied over it
+            stage_values(c_attn, kv, v0 + values, min(values, n_k - v0 - values), ld, np.uint64(2 * D) + c, S, d_k,
+                         t)
+    for d in range(t, d_k, ATTN_THREADS):
+        z[q_i, c + np.uint64(d)] = zs[d]
+
+
+@cuda.jit(device=True)
+def stage_values(c_attn, kv, v0, rn, ld, col, S, d_k, t):
+    """tf_attn's copies of value rows v0 .. v0 + rn - 1 (columns col ..) into kv, one group."""
+    for r in range(rn):
+        src = np.uint64(v0 + r) * ld + col
+        for d in range(t, d_k, ATTN_THREADS):
+            copy1(kv, np.uint64(r) * S + np.uint64(d), c_attn, src + np.uint64(d), 1)
+    commit()
 
 
 @cuda.jit(device=True)
