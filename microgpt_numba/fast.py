@@ -30,6 +30,7 @@ from numba import config, cuda, float32
 
 from cudakit.arrays import address
 from cudakit.devmath import fma as fmaf
+from cudakit.sharedmem import opt_in
 
 from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, FloatArena, position_cache_fields, scratch_fields
 from .constants import BLOCK_SIZE, HEAD_DIM, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
@@ -544,19 +545,12 @@ def stage_budget():
 
 
 def load(kernel, args, nbytes):
-    """Loads (or compiles) the kernel for these arguments, ready for nbytes of dynamic shared memory.
-
-    Past 48 KiB CUDA wants the kernel's opt-in attribute set first; Numba has no option for it, so it
-    is set on the compiled function the way Numba sets its shared memory carveout.
-    """
+    """Loads (or compiles) the kernel for these arguments, ready for nbytes of dynamic shared memory
+    (cudakit.sharedmem)."""
     if config.ENABLE_CUDASIM:
         return
-    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-    if nbytes > 48 * 1024:
-        from numba.cuda.cudadrv.driver import binding, driver
-        cufunc = compiled._codelibrary.get_cufunc()
-        driver.cuKernelSetAttribute(binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    nbytes, cufunc.handle, cufunc.device.id)
+    kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    opt_in(kernel, args, nbytes)
 
 
 def launch(kernel, args, nbytes, stream=0):
