@@ -16,7 +16,7 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     its bits are the full pass's; T then only bounds the keys attention may read. softmax=False
     leaves the unembedded row as logits (greedy generation's argmax reads them)."""
     cfg, p, a, fused = m.cfg, m.parameters, m.activations, m.fused
-    D, H, V, d_k = cfg.d_model, cfg.n_heads, cfg.d_vocab, cfg.d_k
+    D, V, d_k = cfg.d_model, cfg.d_vocab, cfg.d_k
     rows, n = (m.rows(T), T) if rows is None else (rows, 1)
     validation.start()
 
@@ -39,15 +39,7 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         if first:
             validation.sum("forward.h0.attn.c_attn", x.attn.c_attn.out, T * 3 * D)
 
-        if n > 1:
-            launch.blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out,
-                          rows, n, d_k, m.rsqrt_d_k, fused)
-        else:  # one row: its keys and outputs spread over a thread each
-            launch.elementwise(K.tf_attn_scores, H * n * T, x.attn.c_attn.out, x.attn.softmax.out, rows, n, T, d_k,
-                               m.rsqrt_d_k, fused)
-            launch.blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, x.attn.softmax.out, rows, n)
-            launch.elementwise(K.tf_attn_z, n * D, x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, rows, n, d_k,
-                               fused)
+        launch.attn(x.attn.c_attn.out, x.attn.softmax.out, x.attn.z.out, rows, n, T, d_k, m.rsqrt_d_k, fused)
         validation.time("attn.z")
         if first:
             validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)

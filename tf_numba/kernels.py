@@ -31,6 +31,7 @@ from numba import config, cuda
 
 from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.devmath import mad, mul, sqrtf
+from cudakit.vector import SHARED_ALIGN, vector_load
 
 from .fp import erff, expf, logf
 
@@ -143,12 +144,12 @@ ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shar
 ATTN_KV = 65 * 65
 ATTN_CHUNK_ROWS = 2 if config.ENABLE_CUDASIM else ATTN_T_MAX
 wait_all = wait(0)  # every copy of this thread's has landed
-copy1 = copy_async(1)  # one float, global to shared memory
+copy1, copy4 = copy_async(1), copy_async(4)  # 4 or 16 bytes, global to shared memory
+load4 = vector_load(4, 1)
+U = np.uint64
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
 LN_PER_THREAD = -(-LN_D_MAX // LN_THREADS)  # the features a tf_ln thread owns
-LN_BACK_PER_THREAD = -(-LN_D_MAX // LN_BACK_THREADS)  # the features a tf_ln_back thread owns
-LN_PARAMETER_LOADS = 16  # samples whose loads a tf_ln_back parameter thread keeps in flight
 assert ATTN_KV >= 2 * (LN_D_MAX + 1), "tf_attn stages two rows of the widest head at least"
 
 
@@ -283,8 +284,7 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     side by side) form the two partial sums in order, every thread writes input gradients.
     The blocks after them own weight and bias gradients (sums over samples i ascending), one
     feature per thread. With `add`, each input gradient also goes into the tf_add that tf.c
-    runs next: extra = res + it. A thread's loads (its features' inputs, and res) all go out
-    before its first store, where a loop over them waited on each load in turn."""
+    runs next: extra = res + it."""
     t = cuda.threadIdx.x
     D = inp.shape[1]
     if cuda.blockIdx.x >= T:
@@ -296,23 +296,9 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     r, m = r_std[i], mean[i]
     staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
     partial = cuda.shared.array(2, np.float32)
-    dout = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
-    w = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
-    x = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
-    rs = cuda.local.array(LN_BACK_PER_THREAD, np.float32)
-    for u in range(LN_BACK_PER_THREAD):
-        k = t + u * LN_BACK_THREADS
-        if k < D:
-            dout[u] = dL_dout[i, k]
-            w[u] = weight[k]
-            x[u] = inp[i, k]
-            if add:
-                rs[u] = res[i, k]
-    for u in range(LN_BACK_PER_THREAD):
-        k = t + u * LN_BACK_THREADS
-        if k < D:
-            staged[k] = mul(dout[u], w[u])
-            staged[D + k] = mul(x[u] - m, r)
+    for k in range(t, D, LN_BACK_THREADS):
+        staged[k] = mul(dL_dout[i, k], weight[k])
+        staged[D + k] = mul(inp[i, k] - m, r)
     cuda.syncthreads()
     if t == 0:
         partial[0] = staged_sum(ZERO, staged, np.uint64(0), D) / f32(D)
@@ -320,38 +306,32 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
         partial[1] = staged_dot(ZERO, staged, np.uint64(0), U1, staged, np.uint64(D), U1, D, fused) / f32(D)
     cuda.syncthreads()
     mean_partial, var_partial = partial[0], partial[1]
-    for u in range(LN_BACK_PER_THREAD):
-        k = t + u * LN_BACK_THREADS
-        if k < D:
-            acc = ZERO + staged[k]
-            acc -= mean_partial
-            acc = mad(fused, -var_partial, staged[D + k], acc)
-            v = mul(acc, r)
-            dL_din[i, k] = v
-            if add:
-                extra[i, k] = rs[u] + v
+    for k in range(t, D, LN_BACK_THREADS):
+        acc = ZERO + staged[k]
+        acc -= mean_partial
+        acc = mad(fused, -var_partial, staged[D + k], acc)
+        v = mul(acc, r)
+        dL_din[i, k] = v
+        if add:
+            extra[i, k] = res[i, k] + v
 
 
 @cuda.jit(device=True)
 def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused):
     """Feature k's weight and bias gradients, sums over samples i ascending from the zeroed
-    gradient; the loads of LN_PARAMETER_LOADS samples go out together ahead of their steps."""
-    dout = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
-    x = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
-    mu = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
-    rs = cuda.local.array(LN_PARAMETER_LOADS, np.float32)
+    gradient; the loads of UNROLL samples go out together ahead of their steps."""
+    dout = cuda.local.array(UNROLL, np.float32)
+    in_norm = cuda.local.array(UNROLL, np.float32)
     dw = ZERO
     db = ZERO
-    for i0 in range(0, T, LN_PARAMETER_LOADS):
-        for u in range(LN_PARAMETER_LOADS):
+    for i0 in range(0, T, UNROLL):
+        for u in range(UNROLL):
             if i0 + u < T:
                 dout[u] = dL_dout[i0 + u, k]
-                x[u] = inp[i0 + u, k]
-                mu[u] = mean[i0 + u]
-                rs[u] = r_std[i0 + u]
-        for u in range(LN_PARAMETER_LOADS):
+                in_norm[u] = mul(inp[i0 + u, k] - mean[i0 + u], r_std[i0 + u])
+        for u in range(UNROLL):
             if i0 + u < T:
-                dw = mad(fused, dout[u], mul(x[u] - mu[u], rs[u]), dw)
+                dw = mad(fused, dout[u], in_norm[u], dw)
                 db += dout[u]
     dL_dweight[k] = dw
     dL_dbias[k] = db
@@ -430,16 +410,17 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
 
 
 @cuda.jit
-def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused):
+def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide):
     """The body of tf.c's loop over heads and queries, for (head h, query q) a block (block
     h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, every value
     computed as those kernels compute it (the threads own keys, then staged_softmax, then the
-    threads own outputs). The query, the keys and then the values are copied into shared memory
-    a chunk of rows at a time (copies in flight together, where each thread's dot read its own key
-    row from global memory one load after another); the row of probabilities and z's partial sums
-    stay there between chunks. The values' first chunk flies during the softmax. The passes launch
-    it for many rows; the decode step's one row goes to the three kernels, which spread its keys
-    and outputs over more threads."""
+    threads own outputs). The query, the keys and then the values are copied into shared memory a
+    chunk of rows at a time, the copies of a chunk in flight together (reading its own key row
+    from global memory, each thread waited on load after load, at 32 cache lines a warp load). The
+    values' first chunk flies during the softmax. `wide` (launch.attn: d_k and the rows' starts
+    multiples of 4 floats) copies 16 bytes at a time and reads the keys 4 steps at a time.
+    The passes launch it for many rows; the decode step's one row goes to the three kernels,
+    which spread its keys and outputs over more threads."""
     h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
     t = cuda.threadIdx.x
     D = softmax.shape[0] * d_k
@@ -449,27 +430,31 @@ def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused):
     row = softmax[h, q_i]
     p = cuda.shared.array(ATTN_T_MAX, np.float32)  # the scores, their exps, the probabilities
     part = cuda.shared.array(ATTN_THREADS, np.float32)
-    kv = cuda.shared.array(ATTN_KV, np.float32)  # the query, then a chunk of keys; later of values
+    kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # the query and keys, later values
     zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums
-    S = np.uint64(d_k + 1)  # a staged row: an odd stride at even d_k, so a warp's rows hit distinct banks
-    keys = min(ATTN_CHUNK_ROWS, ATTN_KV // (d_k + 1) - 1)
-    values = min(ATTN_CHUNK_ROWS, ATTN_KV // (d_k + 1))
-    for d in range(t, d_k, ATTN_THREADS):
-        copy1(kv, np.uint64(d), c_attn, np.uint64(q_i) * ld + c + np.uint64(d), 1)
+    # a staged row: 16-byte aligned when wide, which puts 8 consecutive keys' vectors in distinct
+    # banks at GPT-2's 64; else odd at even d_k, so that a warp's scalar key loads do not collide
+    S = d_k + 4 if wide else d_k + 1
+    keys = min(ATTN_CHUNK_ROWS, ATTN_KV // S - 1)
+    values = min(ATTN_CHUNK_ROWS, ATTN_KV // S)
+    stage_rows(c_attn, kv, np.uint64(0), q_i, 1, ld, c, S, d_k, t, wide)
     for k0 in range(0, n_k, keys):
         rn = min(keys, n_k - k0)
-        for r in range(rn):
-            src = np.uint64(k0 + r) * ld + np.uint64(D) + c
-            for d in range(t, d_k, ATTN_THREADS):
-                copy1(kv, np.uint64(r + 1) * S + np.uint64(d), c_attn, src + np.uint64(d), 1)
+        stage_rows(c_attn, kv, np.uint64(S), k0, rn, ld, np.uint64(D) + c, S, d_k, t, wide)
         commit()
         wait_all()
         cuda.syncthreads()
         for k in range(t, rn, ATTN_THREADS):
-            dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, np.uint64(k + 1) * S, U1, d_k, fused)
+            k_row = np.uint64((k + 1) * S)
+            if wide:
+                dot = vector_dot(ZERO, kv, np.uint64(0), kv, k_row, d_k, fused)
+            else:
+                dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, k_row, U1, d_k, fused)
             p[k0 + k] = mul(dot, rsqrt_d_k)
         cuda.syncthreads()  # the chunk is read before the next is copied over it
-    stage_values(c_attn, kv, 0, min(values, n_k), ld, np.uint64(2 * D) + c, S, d_k, t)
+    v_col = np.uint64(2 * D) + c
+    stage_rows(c_attn, kv, np.uint64(0), 0, min(values, n_k), ld, v_col, S, d_k, t, wide)
+    commit()
     staged_softmax(p, n_k, t, ATTN_THREADS, part)
     for k in range(t, n_k, ATTN_THREADS):
         row[k] = p[k]
@@ -480,23 +465,76 @@ def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused):
         wait_all()
         cuda.syncthreads()
         for d in range(t, d_k, ATTN_THREADS):
-            zs[d] = staged_dot(zs[d], p, np.uint64(v0), U1, kv, np.uint64(d), S, rn, fused)
+            zs[d] = staged_dot(zs[d], p, np.uint64(v0), U1, kv, np.uint64(d), np.uint64(S), rn, fused)
         if v0 + values < n_k:
             cuda.syncthreads()  # the chunk is read before the next is copied over it
-            stage_values(c_attn, kv, v0 + values, min(values, n_k - v0 - values), ld, np.uint64(2 * D) + c, S, d_k,
-                         t)
+            stage_rows(c_attn, kv, np.uint64(0), v0 + values, min(values, n_k - v0 - values), ld, v_col, S, d_k, t,
+                       wide)
+            commit()
     for d in range(t, d_k, ATTN_THREADS):
         z[q_i, c + np.uint64(d)] = zs[d]
 
 
 @cuda.jit(device=True)
-def stage_values(c_attn, kv, v0, rn, ld, col, S, d_k, t):
-    """tf_attn's copies of value rows v0 .. v0 + rn - 1 (columns col ..) into kv, one group."""
-    for r in range(rn):
-        src = np.uint64(v0 + r) * ld + col
-        for d in range(t, d_k, ATTN_THREADS):
-            copy1(kv, np.uint64(r) * S + np.uint64(d), c_attn, src + np.uint64(d), 1)
-    commit()
+def stage_rows(c_attn, kv, dst, r0, rn, ld, col, S, d_k, t, wide):
+    """tf_attn's copies of c_attn[r0 + r, col:col + d_k] into kv[dst + r * S:] for r < rn, by
+    the block's threads: 4 floats a copy when wide, else 1. A thread's place in a row is worked out
+    once, so each copy costs an add or two."""
+    w = 4 if wide else 1
+    per_row = d_k // w
+    if per_row <= ATTN_THREADS:
+        rows_at_once = ATTN_THREADS // per_row
+        r = t // per_row
+        if r < rows_at_once:
+            o = np.uint64((t - r * per_row) * w)
+            d_at = dst + np.uint64(r * S) + o
+            s_at = np.uint64(r0 + r) * ld + col + o
+            d_step, s_step = np.uint64(rows_at_once * S), np.uint64(rows_at_once) * ld
+            while r < rn:
+                if wide:
+                    copy4(kv, d_at, c_attn, s_at, 4)
+                else:
+                    copy1(kv, d_at, c_attn, s_at, 1)
+                r += rows_at_once
+                d_at += d_step
+                s_at += s_step
+    else:  # a head wider than the block's copies
+        for r in range(rn):
+            for v in range(t, per_row, ATTN_THREADS):
+                o = np.uint64(v * w)
+                if wide:
+                    copy4(kv, dst + np.uint64(r * S) + o, c_attn, np.uint64(r0 + r) * ld + col + o, 4)
+                else:
+                    copy1(kv, dst + np.uint64(r * S) + o, c_attn, np.uint64(r0 + r) * ld + col + o, 1)
+
+
+VECTOR_DOT_RUN = 8  # vectors of 4 steps a vector_dot iteration loads before its steps
+VECTOR_DOT_STEPS = 4 * VECTOR_DOT_RUN
+
+
+@cuda.jit(device=True)
+def vector_dot(total, x, x0, y, y0, n, fused):
+    """staged_dot's sum at steps of 1 (total + x[x0 + k] * y[y0 + k], k < n ascending), reading 4
+    steps of each at a time: x0, y0 and n multiples of 4, x and y 16-byte aligned shared arrays."""
+    xv = cuda.local.array(VECTOR_DOT_STEPS, np.float32)
+    yv = cuda.local.array(VECTOR_DOT_STEPS, np.float32)
+    k = np.uint64(0)
+    n = np.uint64(n)
+    RUN = np.uint64(VECTOR_DOT_STEPS)
+    while k + RUN <= n:
+        for u in range(VECTOR_DOT_RUN):
+            load4(xv, U(4 * u), x, x0 + k + U(4 * u))
+            load4(yv, U(4 * u), y, y0 + k + U(4 * u))
+        for u in range(VECTOR_DOT_STEPS):
+            total = mad(fused, xv[u], yv[u], total)
+        k += RUN
+    while k < n:
+        load4(xv, U(0), x, x0 + k)
+        load4(yv, U(0), y, y0 + k)
+        for u in range(4):
+            total = mad(fused, xv[u], yv[u], total)
+        k += U(4)
+    return total
 
 
 @cuda.jit(device=True)

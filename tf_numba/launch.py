@@ -4,6 +4,7 @@ import functools
 
 from numba import config, cuda
 
+from cudakit.arrays import address
 from cudakit.stream import Target
 
 from . import kernels as K
@@ -54,6 +55,20 @@ def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, 
     res, extra = (res, extra) if add else (dL_din, dL_din)
     blocks(K.tf_ln_back, T + -(-D // K.LN_BACK_THREADS), K.LN_BACK_THREADS, 0,
            weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add)
+
+
+def attn(c_attn, softmax, z, rows, n, T, d_k, rsqrt_d_k, fused):
+    """tf.c's attention loop for the n rows from rows[0]: tf_attn, a block per head and row, 16-byte
+    copies where every row of a head starts 16 bytes aligned; one row (the decode step, keys up to
+    T) goes to the three kernels, which spread its keys and outputs over more threads."""
+    H = softmax.shape[0]
+    if n > 1:
+        wide = d_k % 4 == 0 and c_attn.shape[1] % 4 == 0 and address(c_attn) % 16 == 0
+        blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide)
+        return
+    elementwise(K.tf_attn_scores, H * n * T, c_attn, softmax, rows, n, T, d_k, rsqrt_d_k, fused)
+    blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, softmax, rows, n)
+    elementwise(K.tf_attn_z, n * H * d_k, c_attn, softmax, z, rows, n, d_k, fused)
 
 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):

@@ -15,8 +15,9 @@ from tf_numba import launch
 FUSED = [pytest.param(True, id="fma"), pytest.param(False, id="nofma")]
 
 
-def attention(T, H, d_k, first, fused, fast):
-    """z and the softmax rows for queries first .. T - 1, by tf_attn (fast) or the three kernels."""
+def attention(T, H, d_k, first, fused, fast, wide=False):
+    """z and the softmax rows for queries first .. T - 1, by tf_attn (fast; its 16-byte copies and
+    4-step key reads if wide) or the three kernels."""
     rng = np.random.default_rng(T * H + d_k)
     c_attn = cuda.to_device(rng.standard_normal((T, 3 * H * d_k), dtype=np.float32))
     softmax = cuda.to_device(rng.standard_normal((H, T, T), dtype=np.float32))
@@ -24,7 +25,7 @@ def attention(T, H, d_k, first, fused, fast):
     rows = cuda.to_device(np.array([first, T], dtype=np.int64))
     n, rsqrt_d_k = T - first, np.float32(1.0) / np.sqrt(np.float32(d_k))
     if fast:
-        launch.blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused)
+        launch.blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide)
     else:
         launch.elementwise(K.tf_attn_scores, H * n * T, c_attn, softmax, rows, n, T, d_k, rsqrt_d_k, fused)
         launch.blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, softmax, rows, n)
@@ -47,23 +48,25 @@ def attention_back(T, H, d_k, fused, fast):
     return dL_da.copy_to_host().view(np.uint32)
 
 
-def check(T, H, d_k, first, fused):
-    fast, three = attention(T, H, d_k, first, fused, True), attention(T, H, d_k, first, fused, False)
+def check(T, H, d_k, first, fused, wide):
+    fast, three = attention(T, H, d_k, first, fused, True, wide), attention(T, H, d_k, first, fused, False)
     for name, got, want in zip(("softmax", "z"), fast, three):
         assert np.array_equal(got, want), name
 
 
 @pytest.mark.parametrize("fused", FUSED)
-@pytest.mark.parametrize("T, H, d_k, first", [(7, 3, 5, 0), (6, 2, 8, 2)], ids=["odd", "rows_from_2"])
-def test_tf_attn_equals_the_three_kernels(T, H, d_k, first, fused):
-    check(T, H, d_k, first, fused)
+@pytest.mark.parametrize("T, H, d_k, first, wide", [(7, 3, 5, 0, False), (6, 2, 8, 2, False), (9, 2, 8, 0, True)],
+                         ids=["odd", "rows_from_2", "wide"])
+def test_tf_attn_equals_the_three_kernels(T, H, d_k, first, wide, fused):
+    check(T, H, d_k, first, fused, wide)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fused", FUSED)
+@pytest.mark.parametrize("wide", [True, False], ids=["wide", "narrow"])
 @pytest.mark.parametrize("T", [64, 1024], ids=["T64", "T1024"])
-def test_tf_attn_equals_the_three_kernels_gpt2(T, fused):
-    check(T, 12, 64, 0, fused)
+def test_tf_attn_equals_the_three_kernels_gpt2(T, wide, fused):
+    check(T, 12, 64, 0, fused, wide)
 
 
 @pytest.mark.parametrize("fused", FUSED)
