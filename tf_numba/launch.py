@@ -5,6 +5,7 @@ import functools
 from numba import config, cuda
 
 from cudakit.arrays import address
+from cudakit.sharedmem import opt_in
 from cudakit.stream import Target
 
 from . import kernels as K
@@ -87,7 +88,10 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epil
         kernel = M.build_row(name, tile, fused, s_max, epilogue)
         kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
         return
-    tile = M.tile_for(name, n_rows, out.shape[1], S, fused)
+    tile = M.fitted(M.tile_for(name, n_rows, out.shape[1], S, fused), name)
     grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
-    M.tiled(name, tile, fused, a, b, epilogue)[grid, (tile.CT, tile.RT), Target.stream](
-        a, b, start, out, rows, S, scale, res, extra)
+    kernel = M.tiled(name, tile, fused, a, b, epilogue)
+    args = (a, b, start, out, rows, S, scale, res, extra)
+    nbytes = M.dynamic_bytes(tile, name)  # past 48 KiB the kernel opts in first
+    opt_in(kernel, args, nbytes)
+    kernel[grid, (tile.CT, tile.RT), Target.stream, nbytes](*args)

@@ -70,7 +70,7 @@ KINDS = {
 # at once (their copies in flight while one is summed).
 Tile = namedtuple("Tile", "TM TN RT CT BK ST")
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = NARROW = T_WIDE = T_LONG = T_TALL = ROW = Tile(16, 16, 1, 1, 32, 3)
+    WIDE = MID = NARROW = T_WIDE = T_LONG = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-01-h200-async/sweep_fma.json)
     WIDE = Tile(4, 4, 8, 16, 32, 2)
     MID = Tile(4, 2, 8, 16, 32, 2)
@@ -78,6 +78,7 @@ else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-0
     T_WIDE = Tile(2, 2, 8, 16, 64, 3)
     T_LONG = Tile(2, 1, 8, 16, 64, 4)
     T_TALL = Tile(4, 1, 8, 16, 32, 4)
+    T_DEEP = Tile(2, 2, 8, 16, 64, 10)  # T_WIDE with 9 chunks in flight (132.5 KiB): the 50,257-step sums
     ROW = Tile(1, 1, 4, 32, 32, 4)
 
 
@@ -92,6 +93,7 @@ else:
 
 
 SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
+SHARED_OPTIN = 227 * 1024  # the shared memory an H100 or H200 block may opt in to (cudakit.sharedmem)
 
 
 def row_s_max(S):
@@ -131,8 +133,9 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     - T rows where B is read along s (the input gradients of tf_fc_back: two columns a thread
       would read two rows of the same banks): 2 x 1 outputs a thread for 768 columns, 4 x 1 for
       more;
-    - other T rows (tf_fc, the unembedding's input gradient with its 50,257-step sums): 2 x 2
-      outputs a thread, in blocks of 8 x 16 threads that stage 64 steps at a time.
+    - other T rows (tf_fc): 2 x 2 outputs a thread, in blocks of 8 x 16 threads that stage 64
+      steps at a time; the unembedding's input gradient, whose 50,257-step sums stream wte from
+      memory, the same with 10 chunks staged (dynamic shared memory).
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
@@ -143,7 +146,7 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
         return MID if n_rows * n_cols > 1 << 20 else NARROW
     if KINDS[name].b_by_output:
         return T_TALL if n_cols > 1024 else T_LONG
-    return T_WIDE
+    return T_DEEP if name == "tf_unembedding_back_din" else T_WIDE
 
 
 def copy_width(x, by_s, rows):
@@ -167,6 +170,26 @@ def stage_bytes(tile, name):
     a = tile.BK * (BM + PAD) if a_trans else BM * (tile.BK + PAD)
     b = BN * (tile.BK + PAD) if b_by_output else tile.BK * (BN + PAD)
     return 4 * (a + b)
+
+
+@functools.cache
+def shared_optin():
+    """The shared memory a block may opt in to on this GPU: 227 KiB on an H100 or H200, 99 KiB on
+    an RTX 4090 (the simulator: the H200's)."""
+    return SHARED_OPTIN if config.ENABLE_CUDASIM else cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+
+
+def fitted(tile, name):
+    """tile with as many staged chunks as this GPU's shared memory holds, at most its own ST (the
+    chunks in flight decide the speed, never the bits): tile_for's tiles are the H200's."""
+    return tile._replace(ST=max(2, min(tile.ST, shared_optin() // stage_bytes(tile, name))))
+
+
+def dynamic_bytes(tile, name):
+    """The dynamic shared memory build's kernel is launched with: its ST staged chunks where they
+    pass a block's static 48 KiB (long sums, whose copies need more chunks in flight), else 0."""
+    n = tile.ST * stage_bytes(tile, name)
+    return n if n > SHARED_BYTES else 0
 
 
 EPILOGUES = (None, "gelu", "add", "gelu_back")
@@ -205,7 +228,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
     a_trans, b_by_output, scaled_product, scaled_result = KINDS[name]
     TM, TN, RT, CT, BK, ST = tile
-    assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= SHARED_BYTES, tile
+    assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= SHARED_OPTIN, tile
     BM, BN, NT = TM * RT, TN * CT, RT * CT
     # Each operand is staged in its own memory order, so both the copies and the shared stores
     # run along consecutive addresses. Rows are padded to keep them 16 bytes aligned.
@@ -215,6 +238,17 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     A_SIZE = BK * A_ROW if a_trans else BM * A_ROW
     B_SIZE = BN * B_ROW if b_by_output else BK * B_ROW
     A_BUFS, B_BUFS = ST * A_SIZE, ST * B_SIZE  # constants: shared array shapes must be literals
+    assert A_BUFS % VEC == 0  # B's chunks start 16 bytes aligned after A's in dynamic shared memory
+    if dynamic_bytes(tile, name):
+        @cuda.jit(device=True)
+        def buffers():
+            staged = cuda.shared.array(0, np.float32)  # A_BUFS + B_BUFS, given at launch
+            return staged[:A_BUFS], staged[A_BUFS:]
+    else:
+        @cuda.jit(device=True)
+        def buffers():
+            return (cuda.shared.array(A_BUFS, np.float32, alignment=SHARED_ALIGN),  # ST chunks each
+                    cuda.shared.array(B_BUFS, np.float32, alignment=SHARED_ALIGN))
     # A thread's outputs are neighbours (rows ty*TM + m, columns tx*TN + n), and a full chunk is
     # read VEC steps at a time: one vector load per row where an operand runs along s, one per
     # step (TM or TN wide) where it runs along the outputs.
@@ -350,8 +384,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
-        sa = cuda.shared.array(A_BUFS, np.float32, alignment=SHARED_ALIGN)  # ST chunks each
-        sb = cuda.shared.array(B_BUFS, np.float32, alignment=SHARED_ALIGN)
+        sa, sb = buffers()
         acc = cuda.local.array((TM, TN), np.float32)
         av = cuda.local.array(AV, np.float32)
         bv = cuda.local.array(BV, np.float32)

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from numba import cuda  # noqa: E402
 
+from cudakit.sharedmem import opt_in  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 from tf_numba.arena import padded  # noqa: E402
@@ -39,7 +40,7 @@ SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding_back_dwte", V, D, T, (T, padded(V)), (T, D), 1)]
 CANDIDATES = {
     "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "t_tall": M.T_TALL,
-    "row": M.ROW,
+    "row": M.ROW, "t_deep": M.T_DEEP,
     "4x4/16x16/16/2": M.Tile(4, 4, 16, 16, 16, 2), "4x4/16x16/16/4": M.Tile(4, 4, 16, 16, 16, 4),
     "4x2/8x16/32/4": M.Tile(4, 2, 8, 16, 32, 4), "2x2/16x16/16/2": M.Tile(2, 2, 16, 16, 16, 2),
     "2x2/8x16/64/2": M.Tile(2, 2, 8, 16, 64, 2), "2x1/8x16/64/2": M.Tile(2, 1, 8, 16, 64, 2),
@@ -50,7 +51,7 @@ CANDIDATES = {
 }
 MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/16/2", "4x4/16x16/16/4", "4x2/8x16/32/4", "2x2/16x16/16/2",
                 "t_wide", "4x2/8x16/64/2"]
-T_ROWS = ["t_wide", "t_long", "t_tall", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3",
+T_ROWS = ["t_wide", "t_deep", "t_long", "t_tall", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3",
           "2x1/8x16/32/4", "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "2x1/16x16/32/3"]
 
 
@@ -84,7 +85,7 @@ ROW_CANDIDATES = {  # (BN, KC, NT) by kind
                                                (32, 64, 128))]}
 
 
-def time_kernel(kernel, grid, block, args, repeats=20, replays=10):
+def time_kernel(kernel, grid, block, args, repeats=20, replays=10, nbytes=0):
     """GPU time of one launch: a CUDA graph of `repeats` launches, replayed `replays` times after
     three warm replays that bring the clocks up. Launched one by one from Python, a kernel shorter
     than Numba's launch overhead (tens of microseconds) would time the overhead instead. `args` is
@@ -94,7 +95,7 @@ def time_kernel(kernel, grid, block, args, repeats=20, replays=10):
 
     def record():
         for r in range(repeats):
-            kernel[grid, block, Target.stream](*arg_sets[r % len(arg_sets)])
+            kernel[grid, block, Target.stream, nbytes](*arg_sets[r % len(arg_sets)])
 
     recorded = Recorded(record)
     for _ in range(3):
@@ -167,7 +168,7 @@ def sweep_tiles(fused):
         chosen_label, labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
         for label in labels:
             tile = CANDIDATES[label]
-            if tile.ST * M.stage_bytes(tile, kind) > M.SHARED_BYTES:
+            if tile.ST * M.stage_bytes(tile, kind) > M.SHARED_OPTIN:
                 continue
             grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
             kernel = M.tiled(kind, tile, fused, a, bs[0])
@@ -175,9 +176,11 @@ def sweep_tiles(fused):
             launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5),
                             outs[r % len(outs)], outs[r % len(outs)]) for r in range(copies)]
             out = outs[0]
-            kernel[grid, (tile.CT, tile.RT)](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
+            nbytes = M.dynamic_bytes(tile, kind)
+            opt_in(kernel, launch_args[0], nbytes)
+            kernel[grid, (tile.CT, tile.RT), 0, nbytes](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
             got = out.copy_to_host()
-            us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args, repeats=4 * copies)
+            us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args, repeats=4 * copies, nbytes=nbytes)
             if bits is None:
                 bits = got
             elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):

@@ -197,3 +197,19 @@ def test_tiled_equals_faithful_gpt2(routine, fused):
     shapes = GPU_SHAPES if routine.startswith("tf_fc") else GPU_SHAPES[:1]
     for shape in shapes:
         check(routine, shape, fused)
+
+
+@pytest.mark.parametrize("optin_kib", [227, 163, 99, 48, 10], ids=["h200", "a100", "rtx4090", "static", "tiny"])
+def test_fitted_keeps_the_staged_chunks_within_the_gpus_shared_memory(optin_kib, monkeypatch):
+    """The H200's tiles on a GPU with less shared memory (launch.matmul fits them): as many chunks
+    as fit, never more than the tile's own, never under the two a kernel needs; a fitted tile that
+    fits in 48 KiB is built with static shared memory."""
+    monkeypatch.setattr(M, "shared_optin", lambda: optin_kib * 1024)
+    for name, tile in (("tf_unembedding_back_din", M.Tile(2, 2, 8, 16, 64, 10)), ("tf_fc", M.Tile(2, 2, 8, 16, 64, 3))):
+        got = M.fitted(tile, name)
+        assert got._replace(ST=tile.ST) == tile
+        stage = M.stage_bytes(tile, name)
+        assert 2 <= got.ST <= tile.ST
+        assert got.ST == 2 or got.ST * stage <= optin_kib * 1024  # fits
+        assert got.ST == tile.ST or (got.ST + 1) * stage > optin_kib * 1024  # and no more would
+        assert (M.dynamic_bytes(got, name) > 0) == (got.ST * stage > M.SHARED_BYTES)

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from numba import cuda  # noqa: E402
 
 from tf_matmul_sweep import CANDIDATES  # noqa: E402
+
+from cudakit.sharedmem import opt_in  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 
 
@@ -34,10 +36,12 @@ def main(kind, rows, cols, S, *labels):
         grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
         kernel = M.tiled(kind, tile, True, a, b)
         args = (a, b, start, out, row_range, S, np.float32(0.5), out, out)
-        kernel[grid, (tile.CT, tile.RT)](*args)
+        nbytes = M.dynamic_bytes(tile, kind)
+        opt_in(kernel, args, nbytes)
+        kernel[grid, (tile.CT, tile.RT), 0, nbytes](*args)
         cuda.synchronize()
         cuda.profile_start()
-        kernel[grid, (tile.CT, tile.RT)](*args)
+        kernel[grid, (tile.CT, tile.RT), 0, nbytes](*args)
         cuda.synchronize()
         cuda.profile_stop()
         print(f"matmul_probe: {kind} {rows}x{cols}x{S} {label} {tile}", flush=True)
