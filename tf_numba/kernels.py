@@ -138,9 +138,9 @@ UNROLL = 8  # loads a thread keeps in flight in an ordered sum
 ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax row
 ATTN_THREADS = 4 if config.ENABLE_CUDASIM else 64  # threads per tf_attn block: a key and an output each at d_k 64
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
-# tf_attn's staging buffer: 65 rows of 65 floats (GPT-2's query and 64 keys, or 65 values), at
-# least two rows of the widest head (d_model <= LN_D_MAX); the simulator stages two rows a chunk,
-# so that its small shapes take several
+# tf_attn's staging buffer, in floats: at GPT-2's heads (rows of 68 floats when wide) the query and
+# 61 keys, or 62 values, a chunk; at least two rows of the widest head (d_model <= LN_D_MAX). The
+# simulator stages two rows a chunk, so that its small shapes take several
 ATTN_KV = 65 * 65
 ATTN_CHUNK_ROWS = 2 if config.ENABLE_CUDASIM else ATTN_T_MAX
 wait_all = wait(0)  # every copy of this thread's has landed
@@ -150,7 +150,7 @@ U = np.uint64
 LN_D_MAX = 2048  # the widest d_model the layer norms stage in shared memory
 LN_STAGED = 2 * LN_D_MAX  # two staged vectors (a compile-time constant for cuda.shared.array)
 LN_PER_THREAD = -(-LN_D_MAX // LN_THREADS)  # the features a tf_ln thread owns
-assert ATTN_KV >= 2 * (LN_D_MAX + 1), "tf_attn stages two rows of the widest head at least"
+assert ATTN_KV >= 2 * (LN_D_MAX + 4), "tf_attn stages two rows of the widest head at least"
 
 
 @cuda.jit(device=True)
