@@ -91,9 +91,9 @@ def set_tf32(on):
     torch.backends.cudnn.allow_tf32 = on
 
 
-def time_training(model, tokens, T, parts):
-    """{variant: {"forward_ms", "forward_backward_ms"}} for the parts asked ("eager", "graph",
-    "compile"), each variant in its own try so one failing keeps the others."""
+def training_calls(model, tokens, T):
+    """(logits, loss): the model's logits on tokens[0:T], and the mean cross-entropy of every
+    position against the next token, with an explicit 4D causal mask (no host sync)."""
     import torch
     import torch.nn.functional as F
 
@@ -106,6 +106,16 @@ def time_training(model, tokens, T, parts):
 
     def loss():
         return F.cross_entropy(logits().view(-1, model.config.vocab_size), tgt.view(-1))
+
+    return logits, loss
+
+
+def time_training(model, tokens, T, parts):
+    """{variant: {"forward_ms", "forward_backward_ms"}} for the parts asked ("eager", "graph",
+    "compile"), each variant in its own try so one failing keeps the others."""
+    import torch
+
+    logits, loss = training_calls(model, tokens, T)
 
     def forward():
         with torch.no_grad():

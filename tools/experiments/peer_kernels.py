@@ -11,15 +11,12 @@ says how long cuBLAS takes at each of tf_numba's matrix shapes.
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from bench_peers import load_model, set_tf32  # noqa: E402
+from bench_peers import load_model, set_tf32, training_calls  # noqa: E402
 from tf_numba import assets  # noqa: E402
 
 
@@ -29,16 +26,11 @@ def main(assets_dir, T=64):
     tokens = assets.load_data(assets_dir / "data", cfg.d_vocab)
     model = load_model(assets_dir / "model.safetensors", cfg)
     set_tf32(False)
-    x = torch.from_numpy(np.asarray(tokens[:T + 1], dtype=np.int64)).cuda()
-    inp, tgt = x[:-1].view(1, T), x[1:].view(1, T)
-    mask = torch.ones(T, T, dtype=torch.bool, device="cuda").tril().view(1, 1, T, T)
-
-    def logits():
-        return model(input_ids=inp, attention_mask=mask, use_cache=False).logits
+    logits, loss = training_calls(model, tokens, T)
 
     def step():
         model.zero_grad(set_to_none=False)
-        F.cross_entropy(logits().view(-1, cfg.d_vocab), tgt.view(-1)).backward()
+        loss().backward()
 
     for _ in range(3):
         with torch.no_grad():
