@@ -48,11 +48,16 @@ CANDIDATES = {
     "2x2/8x16/32/4": M.Tile(2, 2, 8, 16, 32, 4), "2x2/8x8/64/4": M.Tile(2, 2, 8, 8, 64, 4),
     "1x1/16x16/32/4": M.Tile(1, 1, 16, 16, 32, 4), "2x1/16x16/32/3": M.Tile(2, 1, 16, 16, 32, 3),
     "4x2/8x16/64/2": M.Tile(4, 2, 8, 16, 64, 2),  # longer straight chunks: fewer barriers and copy rounds
+    # T rows with more outputs a thread: fewer shared-memory wavefronts an fma (docs/tf.md, "Open
+    # performance leads"), in blocks of 1 to 4 warps so that the outputs spread over the SMs
+    "4x4/2x16/64/3": M.Tile(4, 4, 2, 16, 64, 3), "4x4/4x16/64/3": M.Tile(4, 4, 4, 16, 64, 3),
+    "4x2/4x16/64/3": M.Tile(4, 2, 4, 16, 64, 3), "4x2/8x16/64/3": M.Tile(4, 2, 8, 16, 64, 3),
 }
 MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/16/2", "4x4/16x16/16/4", "4x2/8x16/32/4", "2x2/16x16/16/2",
                 "t_wide", "4x2/8x16/64/2"]
 T_ROWS = ["t_wide", "t_deep", "t_long", "t_tall", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3",
-          "2x1/8x16/32/4", "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "2x1/16x16/32/3"]
+          "2x1/8x16/32/4", "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "2x1/16x16/32/3",
+          "4x4/2x16/64/3", "4x4/4x16/64/3", "4x2/4x16/64/3", "4x2/8x16/64/3"]
 
 
 def candidates(kind, rows, cols, chosen):
