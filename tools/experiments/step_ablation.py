@@ -7,7 +7,9 @@ product's weights read into the L2 on a branch while the current product runs.
 (base: the step as it is only.)
 
 A kernel left out that shortens the step by its own time sits on the critical path; one that
-shortens it by less runs beside it (a graph branch) or overlaps. Prints one line per variant.
+shortens it by less runs beside it (a graph branch) or overlaps. With the branches recorded on
+the main chain, the step shows what running them beside it saves, or costs the chain. Prints
+one line per variant.
 """
 import contextlib
 import sys
@@ -139,6 +141,8 @@ def main():
     report("as it is")
     if len(sys.argv) > 4 and sys.argv[4] == "base":
         return
+    with patched(stream, "beside", lambda name: contextlib.nullcontext()):
+        report("branches on the main chain")
     with patched(training, "zero_gradients", lambda m: None):
         report("no gradient memset")
     with patched(launch, "elementwise", skipping(launch.elementwise, {M.tf_fc_back_dbias})):
