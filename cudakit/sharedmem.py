@@ -5,10 +5,20 @@ as dynamic shared memory (`cuda.shared.array(0, dtype)`, its size given at launc
 function's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES is raised. Numba has no option for
 that attribute, so `opt_in` sets it on the compiled function, the way Numba sets a carveout.
 """
-from numba import config
+import functools
+
+from numba import config, cuda
 
 STATIC_LIMIT = 48 * 1024  # bytes a launch may ask for without opting in
+H200_OPTIN = 227 * 1024  # bytes an H100 or H200 block may opt in to
 _opted = {}  # (kernel, argument types) -> the bytes opted in to
+
+
+@functools.cache
+def optin_bytes():
+    """The shared memory a block may opt in to on this GPU: 227 KiB on an H100 or H200, 99 KiB on
+    an RTX 4090. The simulator gets the H200's, so that it stages as that GPU does."""
+    return H200_OPTIN if config.ENABLE_CUDASIM else cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 
 
 def opt_in(kernel, args, nbytes):

@@ -30,7 +30,7 @@ from numba import config, cuda, float32
 
 from cudakit.arrays import address
 from cudakit.devmath import fma as fmaf
-from cudakit.sharedmem import opt_in
+from cudakit.sharedmem import opt_in, optin_bytes
 
 from .arena import LAYER_CACHE_FIELDS, KV_FIELDS, FloatArena, position_cache_fields, scratch_fields
 from .constants import BLOCK_SIZE, HEAD_DIM, MLP_HIDDEN, N_EMBD, N_HEAD, N_LAYER
@@ -54,7 +54,6 @@ KERNEL_OPTIONS = {"cache": True} if config.ENABLE_CUDASIM else {"cache": True, "
 # The kernels' static shared arrays (softmax lanes, tables) stay under this; the rest of the
 # block's opt-in shared memory may hold staged arenas.
 STATIC_SHARED_BYTES = 48 * 1024
-SIMULATOR_OPTIN_BYTES = 227 * 1024  # the H200's per-block opt-in, so the simulator stages as the GPU does
 
 # Column indices of the offset tables, in the order arena.py carves the views.
 DATA, GRAD, M, V = range(4)
@@ -539,9 +538,7 @@ def document_tokens(dataset, num_steps):
 
 def stage_budget():
     """Dynamic shared memory a block may opt in to, beside the kernels' static arrays."""
-    optin = SIMULATOR_OPTIN_BYTES if config.ENABLE_CUDASIM else \
-        cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-    return optin - STATIC_SHARED_BYTES
+    return optin_bytes() - STATIC_SHARED_BYTES
 
 
 def load(kernel, args, nbytes):

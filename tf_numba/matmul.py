@@ -40,14 +40,14 @@ import numpy as np
 from numba import config, cuda
 
 from cudakit.arrays import address
+from cudakit import sharedmem
 from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
-from .kernels import U1, gelu, gelu_back, staged_dot
+from .kernels import U, U1, gelu, gelu_back, staged_dot
 
 f32 = np.float32
-U = np.uint64
 ZERO = f32(0.0)
 VEC = 4  # summation steps a full chunk reads at a time
 PAD = 4  # floats after each staged row: rows stay 16 bytes aligned
@@ -92,8 +92,7 @@ else:
     ROW_NARROW, ROW_MID, ROW_WIDE = RowTile(4, 512, 256), RowTile(8, 128, 128), RowTile(32, 64, 256)
 
 
-SHARED_BYTES = 48 * 1024  # the static shared memory a block may hold
-SHARED_OPTIN = 227 * 1024  # the shared memory an H100 or H200 block may opt in to (cudakit.sharedmem)
+SHARED_BYTES = sharedmem.STATIC_LIMIT  # the static shared memory a block may hold
 
 
 def row_s_max(S):
@@ -172,17 +171,10 @@ def stage_bytes(tile, name):
     return 4 * (a + b)
 
 
-@functools.cache
-def shared_optin():
-    """The shared memory a block may opt in to on this GPU: 227 KiB on an H100 or H200, 99 KiB on
-    an RTX 4090 (the simulator: the H200's)."""
-    return SHARED_OPTIN if config.ENABLE_CUDASIM else cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-
-
 def fitted(tile, name):
     """tile with as many staged chunks as this GPU's shared memory holds, at most its own ST (the
     chunks in flight decide the speed, never the bits): tile_for's tiles are the H200's."""
-    return tile._replace(ST=max(2, min(tile.ST, shared_optin() // stage_bytes(tile, name))))
+    return tile._replace(ST=max(2, min(tile.ST, sharedmem.optin_bytes() // stage_bytes(tile, name))))
 
 
 def dynamic_bytes(tile, name):
@@ -228,7 +220,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
     a_trans, b_by_output, scaled_product, scaled_result = KINDS[name]
     TM, TN, RT, CT, BK, ST = tile
-    assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= SHARED_OPTIN, tile
+    assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= sharedmem.H200_OPTIN, tile
     BM, BN, NT = TM * RT, TN * CT, RT * CT
     # Each operand is staged in its own memory order, so both the copies and the shared stores
     # run along consecutive addresses. Rows are padded to keep them 16 bytes aligned.

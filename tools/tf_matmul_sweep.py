@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from numba import cuda  # noqa: E402
 
+from cudakit import sharedmem  # noqa: E402
 from cudakit.sharedmem import opt_in  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
@@ -173,7 +174,7 @@ def sweep_tiles(fused):
         chosen_label, labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
         for label in labels:
             tile = CANDIDATES[label]
-            if tile.ST * M.stage_bytes(tile, kind) > M.SHARED_OPTIN:
+            if tile.ST * M.stage_bytes(tile, kind) > sharedmem.optin_bytes():
                 continue
             grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
             kernel = M.tiled(kind, tile, fused, a, bs[0])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
+from cudakit import sharedmem
 from tf_numba import kernels as K
 from tf_numba import launch
 from tf_numba import matmul as M
@@ -204,7 +205,7 @@ def test_fitted_keeps_the_staged_chunks_within_the_gpus_shared_memory(optin_kib,
     """The H200's tiles on a GPU with less shared memory (launch.matmul fits them): as many chunks
     as fit, never more than the tile's own, never under the two a kernel needs; a fitted tile that
     fits in 48 KiB is built with static shared memory."""
-    monkeypatch.setattr(M, "shared_optin", lambda: optin_kib * 1024)
+    monkeypatch.setattr(sharedmem, "optin_bytes", lambda: optin_kib * 1024)
     for name, tile in (("tf_unembedding_back_din", M.Tile(2, 2, 8, 16, 64, 10)), ("tf_fc", M.Tile(2, 2, 8, 16, 64, 3))):
         got = M.fitted(tile, name)
         assert got._replace(ST=tile.ST) == tile
