@@ -34,8 +34,10 @@ else:
 
     @functools.cache
     def vector_load(width, stride):
-        """dst[d0 + k * stride] = src[s0 + k] for k < width, src read by one load of width floats."""
-        assert width in (1, 2, 4)
+        """dst[d0 + k * stride] = src[s0 + k] for k < width, src read by one load of width floats
+        (two loads of 4 for 8)."""
+        assert width in (1, 2, 4, 8)
+        part = min(width, 4)
 
         @intrinsic
         def load(typingctx, dst, d0, src, s0):
@@ -50,11 +52,13 @@ else:
                 sptr = context.make_array(src_ty)(context, builder, args[2]).data
                 d0v = context.cast(builder, args[1], d0_ty, types.int64)
                 p = builder.gep(sptr, [context.cast(builder, args[3], s0_ty, types.int64)])
-                vty = ir.VectorType(ir.FloatType(), width)
-                v = builder.load(builder.bitcast(p, vty.as_pointer(p.type.addrspace)), align=4 * width)
-                for k in range(width):
-                    e = builder.extract_element(v, ir.Constant(ir.IntType(32), k))
-                    builder.store(e, builder.gep(dptr, [builder.add(d0v, ir.Constant(i64, k * stride))]))
+                vty = ir.VectorType(ir.FloatType(), part)
+                for first in range(0, width, part):
+                    pk = builder.gep(p, [ir.Constant(i64, first)])
+                    v = builder.load(builder.bitcast(pk, vty.as_pointer(p.type.addrspace)), align=4 * part)
+                    for k in range(part):
+                        e = builder.extract_element(v, ir.Constant(ir.IntType(32), k))
+                        builder.store(e, builder.gep(dptr, [builder.add(d0v, ir.Constant(i64, (first + k) * stride))]))
                 return context.get_dummy_value()
 
             return sig, codegen

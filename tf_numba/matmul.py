@@ -67,18 +67,17 @@ KINDS = {
 }
 
 # TM x TN outputs per thread, RT x CT threads per block, BK summation steps a chunk, ST chunks staged
-# at once (their copies in flight while one is summed).
-Tile = namedtuple("Tile", "TM TN RT CT BK ST")
+# at once (their copies in flight while one is summed); QUAD: a warp's lanes in 2 x 2 quads (see build).
+Tile = namedtuple("Tile", "TM TN RT CT BK ST QUAD", defaults=(False,))
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = NARROW = T_WIDE = T_LONG = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
-else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-01-h200-async/sweep_fma.json)
+    WIDE = MID = T_WIDE = T_NARROW = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
+else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-02-h200-quad/sweep_fma.json)
     WIDE = Tile(4, 4, 8, 16, 32, 2)
-    MID = Tile(4, 2, 8, 16, 32, 2)
-    NARROW = Tile(2, 2, 16, 16, 16, 4)
-    T_WIDE = Tile(2, 2, 8, 16, 64, 3)
-    T_LONG = Tile(2, 1, 8, 16, 64, 4)
-    T_TALL = Tile(4, 1, 8, 16, 32, 4)
-    T_DEEP = Tile(2, 2, 8, 16, 64, 10)  # T_WIDE with 9 chunks in flight (132.5 KiB): the 50,257-step sums
+    MID = Tile(4, 2, 8, 16, 32, 2, True)
+    T_WIDE = Tile(2, 2, 8, 16, 64, 3, True)
+    T_NARROW = Tile(2, 2, 8, 8, 64, 4, True)
+    T_TALL = Tile(4, 2, 8, 8, 64, 3, True)
+    T_DEEP = Tile(2, 2, 8, 16, 64, 10, True)  # T_WIDE with 9 chunks in flight (132.5 KiB): the 50,257-step sums
     ROW = Tile(1, 1, 4, 32, 32, 4)
 
 
@@ -123,18 +122,18 @@ def row_tile_for(n_cols, s_max):
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
-    """The tile the sweep timed fastest for GPT-2's shapes (under fma; used for both fp models), by kind:
+    """The tile the sweep timed fastest for GPT-2's shapes (under fma; used for both fp models), by
+    kind; every tile but the wte gradient's lays its lanes in quads (Tile.QUAD):
     - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
       to build_row instead): blocks of 4 x 32 threads, one output each;
     - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
     - the other weight gradients and the training unembedding: 4 x 2 outputs a thread where
-      there are over a million outputs, 2 x 2 otherwise;
-    - T rows where B is read along s (the input gradients of tf_fc_back: two columns a thread
-      would read two rows of the same banks): 2 x 1 outputs a thread for 768 columns, 4 x 1 for
-      more;
-    - other T rows (tf_fc): 2 x 2 outputs a thread, in blocks of 8 x 16 threads that stage 64
-      steps at a time; the unembedding's input gradient, whose 50,257-step sums stream wte from
-      memory, the same with 10 chunks staged (dynamic shared memory).
+      there are over a million outputs, else T_WIDE;
+    - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE) where there are more
+      than 1,024 columns (c_attn, c_fc), else of 8 x 8 (T_NARROW: twice the blocks, for the
+      768-column products and input gradients); 4 x 2 in 8 x 8 for the input gradient with
+      3,072 columns (T_TALL); the unembedding's input gradient, whose 50,257-step sums stream wte
+      from memory, T_WIDE with 10 chunks staged (dynamic shared memory).
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
@@ -142,10 +141,12 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     if name == "tf_unembedding_back_dwte":
         return WIDE
     if name in ("tf_fc_back_dweight", "tf_unembedding"):
-        return MID if n_rows * n_cols > 1 << 20 else NARROW
+        return MID if n_rows * n_cols > 1 << 20 else T_WIDE
+    if name == "tf_unembedding_back_din":
+        return T_DEEP
     if KINDS[name].b_by_output:
-        return T_TALL if n_cols > 1024 else T_LONG
-    return T_DEEP if name == "tf_unembedding_back_din" else T_WIDE
+        return T_TALL if n_cols > 1024 else T_NARROW
+    return T_WIDE if n_cols > 1024 else T_NARROW
 
 
 def copy_width(x, by_s, rows):
@@ -219,7 +220,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     """The kernel for KINDS[name] with this tile and fp model, its operands copied wa and wb floats
     at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
     a_trans, b_by_output, scaled_product, scaled_result = KINDS[name]
-    TM, TN, RT, CT, BK, ST = tile
+    TM, TN, RT, CT, BK, ST, QUAD = tile
     assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= sharedmem.H200_OPTIN, tile
     BM, BN, NT = TM * RT, TN * CT, RT * CT
     # Each operand is staged in its own memory order, so both the copies and the shared stores
@@ -245,6 +246,12 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     # read VEC steps at a time: one vector load per row where an operand runs along s, one per
     # step (TM or TN wide) where it runs along the outputs.
     AV, BV = TM * VEC, TN * VEC  # the staged values of VEC steps in registers
+    # Shared memory returns one 32-bit register a lane a cycle, except that a warp's load whose
+    # lanes L and L ^ 1 (or L and L ^ 2) read the same address returns twice as fast. With QUAD,
+    # lanes 4q .. 4q + 3 are the threads (ty, tx), (ty, tx + 1), (ty + 1, tx), (ty + 1, tx + 1):
+    # lane ^ 1 shares its rows (A's loads) and lane ^ 2 its columns (B's).
+    assert not QUAD or (RT % 2 == 0 and CT % 2 == 0), tile
+    HALF_CT = CT // 2
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
     wait_staged = wait(ST - 2)
@@ -261,6 +268,25 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         RUNS = BK * ROWS // W
         COPIES, EXACT = -(-RUNS // NT), RUNS % NT == 0
         copy = copy_async(W)
+
+        if inside and NT % PER_ROW == 0:
+            # A thread's copies then lie STRIDE staged rows apart, in the source and in the
+            # buffer: the first one's addresses, then one add each (no index arithmetic a copy).
+            STRIDE = NT // PER_ROW
+
+            @cuda.jit(device=True)
+            def issue_rows(x, s0, S, o0, o_end, ld, t, buf, base):
+                row, col = t // U(PER_ROW), t % U(PER_ROW) * U(W)
+                src = (s0 + row) * ld + o0 + col if by_s else (o0 + row) * ld + s0 + col
+                dst = base + row * U(ROW_LEN) + col
+                step = U(STRIDE) * ld
+                for r in range(COPIES):
+                    if EXACT or t + U(r * NT) < U(RUNS):
+                        copy(buf, dst, x, src, U(W))
+                    src += step
+                    dst += U(STRIDE * ROW_LEN)
+
+            return issue_rows
 
         @cuda.jit(device=True)
         def issue(x, s0, S, o0, o_end, ld, t, buf, base):
@@ -372,6 +398,10 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         epilogue's extra[i, j]. ST chunks are staged at once: the copies of chunk c + ST - 1 fly
         while chunk c is summed."""
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        t = ty * CT + tx  # consecutive threads copy consecutive runs, whatever their outputs
+        if QUAD:
+            quad, lane = t // 4, t % 4
+            tx, ty = 2 * (quad % HALF_CT) + lane % 2, 2 * (quad // HALF_CT) + lane // 2
         i0 = rows[0] + cuda.blockIdx.y * BM
         i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
@@ -381,7 +411,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         av = cuda.local.array(AV, np.float32)
         bv = cuda.local.array(BV, np.float32)
         # the copies' indices, unsigned
-        tu, Su, i0u, i_endu, j0u, Nu = U(ty * CT + tx), U(S), U(i0), U(i_end), U(j0), U(N)
+        tu, Su, i0u, i_endu, j0u, Nu = U(t), U(S), U(i0), U(i_end), U(j0), U(N)
         lda, ldb = U(a.shape[1]), U(b.shape[1])
         n_chunks = (Su + U(BK - 1)) // U(BK)
         inside = i0u + U(BM) <= i_endu and j0u + U(BN) <= Nu  # no copy of this block's passes an edge of o
