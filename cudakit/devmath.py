@@ -6,6 +6,8 @@ so the exact operations are written out: `mul` (a product rounded on its own, wh
 cannot fuse), `fma` (one rounding), `mad(fused, a, b, c)` (either, by a flag). In the simulator
 these run as Python, exactly: there `cuda.fma` is unfused and libdevice does not exist.
 
+`float_bits` and `bits_float` reinterpret a float32 as its int32 bits and back.
+
 libdevice's `expf` and `rsqrtf` (what nvcc's device code calls) exist only on the GPU. The
 simulator gets numpy float32 stand-ins, which are close but not libdevice's bits: results that
 depend on them are compared bit for bit only on a GPU.
@@ -49,6 +51,12 @@ if config.ENABLE_CUDASIM:
     def rsqrtf(x):
         return np.float32(1.0) / np.sqrt(np.float32(x))
 
+    def float_bits(x):
+        return int(np.float32(x).view(np.int32))
+
+    def bits_float(b):
+        return np.int32(b).view(np.float32)
+
 else:
     from numba.cuda import libdevice
 
@@ -69,6 +77,14 @@ else:
     @device
     def rsqrtf(x):
         return libdevice.rsqrtf(x)
+
+    @device
+    def float_bits(x):
+        return libdevice.float_as_int(x)
+
+    @device
+    def bits_float(b):
+        return libdevice.int_as_float(b)
 
 
 @device

@@ -1,0 +1,114 @@
+"""ordered.ordered_sum (the softmax's sum of exps, scanned by a block) against the chain of float32
+adds it replaces, bit for bit, on rows built to cross its edges: ties at half a unit (the only
+place the running sum's parity matters), a binade left at every term, zeros, subnormals, a term
+larger than everything before it, terms the scan refuses (negative, infinite, NaN), a sum that
+overflows, and softmax rows as tf.c makes them. The whole softmax kernel against tf.c's loop
+in numpy. Short rows in the simulator (8 threads, runs of 2 terms), GPT-2's 50,257 on a GPU."""
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from tf_numba import kernels as K
+from tf_numba import ordered as O
+from tf_numba import launch
+
+CHUNK, THREADS, GROUPS = K.SOFTMAX_CHUNK, O.THREADS, O.GROUPS  # shared arrays' sizes: constants
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the row that overflows
+
+
+@cuda.jit
+def sum_rows(rows, lengths, starts, heads, sums):
+    """sums[r] = starts[r] + rows[r, 0] + ... in order, a block a row, the row staged in chunks
+    (the head only in the first), as tf_unembedding_softmax calls it."""
+    r = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    chunk = cuda.shared.array(CHUNK, np.float32)
+    maps0 = cuda.shared.array(THREADS, np.int32)
+    maps1 = cuda.shared.array(THREADS, np.int32)
+    groups0 = cuda.shared.array(GROUPS, np.int32)
+    groups1 = cuda.shared.array(GROUPS, np.int32)
+    ctrl = cuda.shared.array(4, np.int32)
+    s = starts[r]
+    for c0 in range(0, lengths[r], CHUNK):
+        n = min(CHUNK, lengths[r] - c0)
+        for v in range(t, n, O.THREADS):
+            chunk[v] = rows[r, c0 + v]
+        cuda.syncthreads()
+        s = O.ordered_sum(s, chunk, n, t, heads[r] if c0 == 0 else 0, maps0, maps1, groups0, groups1, ctrl)
+    if t == 0:
+        sums[r] = s
+
+
+def chain(start, row):
+    """tf.c's loop: one float32 add after another."""
+    s = np.float32(start)
+    return np.add.accumulate(np.concatenate([[s], row]).astype(np.float32), dtype=np.float32)[-1]
+
+
+def adversarial_rows(n, rng):
+    """(row, start) pairs, each of n terms, at the scan's edges."""
+    u = np.float32(2.0 ** -24)  # half a unit of [1, 2)
+    yield np.exp(rng.uniform(-20, 0, n)).astype(np.float32), 0.0  # a softmax row's exps
+    ties = rng.choice(np.array([u, 3 * u, 2 * u, u / 2, 5 * u / 2, 7 * u], np.float32), n)
+    yield ties, 1.0  # exact halves of a unit, both parities, from a sum of 1
+    yield (2.0 ** np.minimum(np.arange(n), 120) * 2.0 ** -140).astype(np.float32), 0.0  # a new binade every term
+    yield (rng.integers(0, 4, n) * 2.0 ** -149).astype(np.float32), 0.0  # zeros and subnormals
+    big = np.exp(rng.uniform(-40, -20, n)).astype(np.float32)
+    big[n // 2] = 1.0
+    yield big, 0.0  # one term larger than the whole sum before it
+    yield np.zeros(n, np.float32), 0.0
+    yield np.full(n, u, np.float32), np.float32(1.0) + 2 * u  # every term a tie: from an odd sum up, then never
+    yield np.full(n, 3e38, np.float32), 0.0  # the sum overflows to infinity
+    for bad in (-1.0, -0.0, np.inf, np.nan):  # terms the scan refuses: the chain adds them
+        row = rng.uniform(0, 1, n).astype(np.float32)
+        row[n // 3] = bad
+        yield row, 0.0
+
+
+def check(n, heads, rng):
+    cases = list(adversarial_rows(n, rng))
+    rows = np.stack([row for row, _ in cases])
+    starts = np.array([start for _, start in cases], np.float32)
+    sums = cuda.device_array(len(cases), np.float32)
+    for head in heads:
+        sum_rows[len(cases), O.THREADS](cuda.to_device(rows), cuda.to_device(np.full(len(cases), n, np.int64)),
+                                        cuda.to_device(starts), cuda.to_device(np.full(len(cases), head, np.int64)),
+                                        sums)
+        got = sums.copy_to_host()
+        want = np.array([chain(start, row) for row, start in cases], np.float32)
+        # the bits, but any NaN for a NaN: the GPU's NaN is its own, not the input's
+        bad = np.flatnonzero((got.view(np.uint32) != want.view(np.uint32)) & ~(np.isnan(got) & np.isnan(want)))
+        assert bad.size == 0, f"head {head}, case {bad[0]}: {got[bad[0]]!r} against the chain's {want[bad[0]]!r}"
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="simulator sizes; a GPU runs GPT-2's")
+def test_ordered_sum_equals_the_chain():
+    check(3 * CHUNK // 2 + 5, (0, O.HEAD), np.random.default_rng(0))  # two chunks, the second ragged
+
+
+@pytest.mark.gpu
+def test_ordered_sum_equals_the_chain_gpt2():
+    check(50257, (0, O.HEAD), np.random.default_rng(1))
+
+
+def softmax_reference(logits):
+    """tf.c's softmax of a row in numpy: the max, the exps (double, rounded), their sum in order,
+    the reciprocal, the products."""
+    m = logits.max()
+    exps = np.exp((logits - m).astype(np.float64)).astype(np.float32)
+    r = np.float32(1.0) / chain(0.0, exps)
+    return exps * r
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0], ids=["logits", "wide_logits"])
+def test_unembedding_softmax_equals_tf_c(scale):
+    """tf_unembedding_softmax on rows of logits, through forward.py's launch, against the numpy loop."""
+    V = 50257 if not config.ENABLE_CUDASIM else 3 * CHUNK // 2 + 5
+    T = 4 if not config.ENABLE_CUDASIM else 2
+    rng = np.random.default_rng(int(scale))
+    logits = (rng.standard_normal((T, V)) * scale).astype(np.float32)
+    out = cuda.to_device(logits)
+    launch.blocks(K.tf_unembedding_softmax, T, K.SOFTMAX_THREADS, 0, out, cuda.to_device(np.array([0, T], np.int64)))
+    got = out.copy_to_host()
+    for i in range(T):
+        assert np.array_equal(got[i].view(np.uint32), softmax_reference(logits[i]).view(np.uint32)), i
