@@ -9,7 +9,9 @@ the one-row kernel (build_row: generation's decode step) under candidate row til
 
 Exit status: 0 done; 1 a tile that gives other bits, or an --out that cannot be written; 2 a usage error.
 """
+import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +28,7 @@ from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 from tf_numba.arena import padded  # noqa: E402
 from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
-from tool_cli import OneLineParser, parsed, path_arg, unwritable  # noqa: E402
+from tool_cli import OneLineParser, parsed, path_arg, positive_int, unwritable  # noqa: E402
 
 T, D, V = 64, 768, 50257
 # (kind, rows, cols, sum length, a's shape, b's shape, how many a GPT-2 step runs)
@@ -39,32 +41,45 @@ SHAPES += [("tf_unembedding", T, V, D, (T, D), (V, D), 1),
            ("tf_unembedding", 1, V, D, (T, D), (V, D), 0),  # one generated token
            ("tf_unembedding_back_din", T, D, V, (T, padded(V)), (V, D), 1),  # dL/dlogits: the arena's padded rows
            ("tf_unembedding_back_dwte", V, D, T, (T, padded(V)), (T, D), 1)]
-CANDIDATES = {
-    "wide": M.WIDE, "mid": M.MID, "narrow": M.NARROW, "t_wide": M.T_WIDE, "t_long": M.T_LONG, "t_tall": M.T_TALL,
-    "row": M.ROW, "t_deep": M.T_DEEP,
-    "4x4/16x16/16/2": M.Tile(4, 4, 16, 16, 16, 2), "4x4/16x16/16/4": M.Tile(4, 4, 16, 16, 16, 4),
-    "4x2/8x16/32/4": M.Tile(4, 2, 8, 16, 32, 4), "2x2/16x16/16/2": M.Tile(2, 2, 16, 16, 16, 2),
-    "2x2/8x16/64/2": M.Tile(2, 2, 8, 16, 64, 2), "2x1/8x16/64/2": M.Tile(2, 1, 8, 16, 64, 2),
-    "2x1/8x16/64/3": M.Tile(2, 1, 8, 16, 64, 3), "2x1/8x16/32/4": M.Tile(2, 1, 8, 16, 32, 4),
-    "2x2/8x16/32/4": M.Tile(2, 2, 8, 16, 32, 4), "2x2/8x8/64/4": M.Tile(2, 2, 8, 8, 64, 4),
-    "1x1/16x16/32/4": M.Tile(1, 1, 16, 16, 32, 4), "2x1/16x16/32/3": M.Tile(2, 1, 16, 16, 32, 3),
-    "4x2/8x16/64/2": M.Tile(4, 2, 8, 16, 64, 2),  # longer straight chunks: fewer barriers and copy rounds
-    # T rows with more outputs a thread: fewer shared-memory wavefronts an fma (docs/tf.md, "Open
-    # performance leads"), in blocks of 1 to 4 warps so that the outputs spread over the SMs
-    "4x4/2x16/64/3": M.Tile(4, 4, 2, 16, 64, 3), "4x4/4x16/64/3": M.Tile(4, 4, 4, 16, 64, 3),
-    "4x2/4x16/64/3": M.Tile(4, 2, 4, 16, 64, 3), "4x2/8x16/64/3": M.Tile(4, 2, 8, 16, 64, 3),
-}
-MANY_OUTPUTS = ["wide", "mid", "narrow", "4x4/16x16/16/2", "4x4/16x16/16/4", "4x2/8x16/32/4", "2x2/16x16/16/2",
-                "t_wide", "4x2/8x16/64/2"]
-T_ROWS = ["t_wide", "t_deep", "t_long", "t_tall", "narrow", "2x2/8x16/64/2", "2x1/8x16/64/2", "2x1/8x16/64/3",
-          "2x1/8x16/32/4", "2x2/8x16/32/4", "2x2/8x8/64/4", "1x1/16x16/32/4", "2x1/16x16/32/3",
-          "4x4/2x16/64/3", "4x4/4x16/64/3", "4x2/4x16/64/3", "4x2/8x16/64/3"]
+def _tile(label):
+    """A tile from its label TMxTN/RTxCT/BK/ST, with /q for the quad lane layout."""
+    parts = label.split("/")
+    (tm, tn), (rt, ct) = (map(int, parts[i].split("x")) for i in (0, 1))
+    return M.Tile(tm, tn, rt, ct, int(parts[2]), int(parts[3]), parts[4:] == ["q"])
+
+
+CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "t_wide": M.T_WIDE, "t_narrow": M.T_NARROW, "t_tall": M.T_TALL,
+              "row": M.ROW, "t_deep": M.T_DEEP}
+# Many outputs (weight gradients, the training unembedding): big tiles, whose loads serve more fmas;
+# rows of 32 threads (x32), whose warps share their rows of A: one address a warp's A load.
+MANY_OUTPUTS = ["wide", "mid", "4x2/8x16/32/2", "4x2/8x16/64/2", "4x4/8x16/32/2/q", "2x2/8x16/64/3/q",
+                "4x2/4x32/32/2", "8x2/4x32/32/2", "4x4/4x32/32/2", "8x1/4x32/32/2", "8x2/2x32/32/3"]
+# T rows: more outputs a thread against blocks few and small enough to spread over every
+# multiprocessor; the quad lane layout (/q) against the plain one, and rows of 32 threads.
+T_ROWS = ["t_wide", "t_narrow", "t_tall", "2x2/8x16/64/3", "2x2/8x8/64/4", "2x1/8x16/64/4/q", "4x1/8x16/32/4/q",
+          "4x2/4x16/64/3/q", "4x2/8x8/64/3/q", "2x4/8x8/64/3/q", "2x2/4x16/64/4/q", "2x2/4x32/64/3",
+          "2x2/2x32/64/4", "4x2/4x32/64/3", "4x2/2x32/64/3", "8x2/2x32/64/3", "4x1/4x32/64/3", "2x1/4x32/64/4",
+          "4x4/2x32/64/3", "8x1/2x32/64/3", "2x1/2x32/64/4"]
+# the unembedding's input gradient: 50,257-step sums, many chunks in flight
+DEEP = ["t_deep", "2x2/8x16/64/10", "2x2/8x8/64/10/q", "2x2/4x32/64/10", "2x1/4x32/64/10", "4x1/4x32/64/10",
+        "2x2/2x32/64/10", "2x1/8x16/64/10/q", "1x2/8x16/64/10/q"]
+CANDIDATES.update({label: _tile(label) for label in MANY_OUTPUTS + T_ROWS + DEEP if label not in CANDIDATES})
+
+
+def kind_list(text):
+    """argparse type of --kinds: names of matmul.KINDS, comma-separated."""
+    kinds = text.split(",")
+    unknown = [k for k in kinds if k not in M.KINDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kind {unknown[0]!r}; the kinds are {', '.join(M.KINDS)}")
+    return kinds
 
 
 def candidates(kind, rows, cols, chosen):
     """The tiles worth timing at a shape: big ones where there are millions of outputs (weight
     gradients, the training unembedding), small ones for T rows, and the tile tile_for picks."""
-    labels = ["row"] if rows == 1 else MANY_OUTPUTS if rows * cols > 1 << 20 else T_ROWS
+    labels = ["row"] if rows == 1 else MANY_OUTPUTS if rows * cols > 1 << 20 else \
+        DEEP if kind == "tf_unembedding_back_din" else T_ROWS
     chosen_label = next(k for k, v in CANDIDATES.items() if v == chosen)
     return chosen_label, list(dict.fromkeys([chosen_label] + labels))
 
@@ -156,53 +171,115 @@ def sweep_rows(fused):
     return {"shapes": results, "step_ms_chosen": total_chosen / 1e3, "step_ms_best": total_best / 1e3}
 
 
-def sweep_tiles(fused):
-    """The tiled kernel at a training step's shapes under the candidates of each shape's class."""
-    rng = np.random.default_rng(0)
+def shape_operands(index):
+    """SHAPES[index]'s operands, the same in every process (seeded by the shape): a, the copies of
+    b, start, the row range, the outputs' start values and how many copies of the streamed
+    operand to cycle through."""
+    kind, rows, cols, S, a_shape, b_shape, _ = SHAPES[index]
+    rng = np.random.default_rng(index)
+    a = rng.standard_normal(a_shape, dtype=np.float32)
+    host_b = rng.standard_normal(b_shape, dtype=np.float32)
+    start = rng.standard_normal(max(cols, 1), dtype=np.float32)
+    init = rng.standard_normal((max(rows, T), cols), dtype=np.float32)
+    first = rows - 1 if rows == 1 else 0
+    streamed = host_b if STREAMED[kind] == "b" else init
+    return a, host_b, start, np.array([first, first + rows], dtype=np.int64), init, copies_past_l2(streamed.nbytes)
+
+
+_gpu_lock = None  # the pool's workers compile side by side, and time one at a time
+
+
+def _init_worker(lock):
+    global _gpu_lock
+    _gpu_lock = lock
+
+
+def time_tile(job):
+    """(index, label, fused) -> (index, label, µs a launch, sha256 of the output's bits), in a
+    worker: its own CUDA context; the kernel compiled beside the other workers, timed while this
+    worker alone holds the GPU. A tile that fails to compile or launch gives (index, label,
+    None, the error), so that one bad candidate costs no other's figure."""
+    try:
+        return _time_tile(*job)
+    except Exception as exc:  # noqa: BLE001 (reported with the candidate's figures)
+        return job[0], job[1], None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def _time_tile(index, label, fused):
+    import hashlib
+    import contextlib
+
+    kind, rows, cols, S, *_ = SHAPES[index]
+    tile = CANDIDATES[label]
+    a, host_b, start, row_range, init, copies = shape_operands(index)
+    a, start, row_range = cuda.to_device(a), cuda.to_device(start), cuda.to_device(row_range)
+    bs = [cuda.to_device(host_b) for _ in range(copies if STREAMED[kind] == "b" else 1)]
+    outs = [cuda.to_device(init) for _ in range(1 if STREAMED[kind] == "b" else copies)]
+    grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
+    kernel = M.tiled(kind, tile, fused, a, bs[0])
+    launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5),
+                    outs[r % len(outs)], outs[r % len(outs)]) for r in range(copies)]
+    nbytes = M.dynamic_bytes(tile, kind)
+    opt_in(kernel, launch_args[0], nbytes)
+    kernel[grid, (tile.CT, tile.RT), 0, nbytes](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
+    digest = hashlib.sha256(outs[0].copy_to_host().tobytes()).hexdigest()
+    with _gpu_lock if _gpu_lock is not None else contextlib.nullcontext():
+        us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args, repeats=4 * copies, nbytes=nbytes)
+    return index, label, round(us, 1), digest
+
+
+def sweep_tiles(fused, jobs, kinds=None):
+    """The tiled kernel at a training step's shapes (those of `kinds`, or all) under the candidates
+    of each shape's class, compiled by `jobs` processes side by side (each with its own CUDA
+    context), timed one at a time."""
+    import multiprocessing
+
+    work, chosen = [], {}
+    for index, (kind, rows, cols, S, *_) in enumerate(SHAPES):
+        if rows == 1 or (kinds and kind not in kinds):
+            continue
+        chosen[index], labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
+        work += [(index, label, fused) for label in labels
+                 if CANDIDATES[label].ST * M.stage_bytes(CANDIDATES[label], kind) <= sharedmem.H200_OPTIN]
+    def report(results):
+        for result in results:  # as each finishes, so that a sweep cut short keeps its figures
+            index, label, us, error = result
+            kind, rows, cols, S, *_ = SHAPES[index]
+            print(f"  {kind} {rows}x{cols}x{S} {label}: {us} us" if us is not None else
+                  f"  {kind} {rows}x{cols}x{S} {label}: {error}", flush=True)
+            yield result
+
+    if jobs == 1:
+        done = list(report(map(time_tile, work)))
+    else:
+        ctx = multiprocessing.get_context("spawn")  # a forked CUDA context is unusable: each worker makes its own
+        with ctx.Pool(jobs, initializer=_init_worker, initargs=(ctx.Lock(),)) as pool:
+            done = list(report(pool.imap_unordered(time_tile, work, chunksize=1)))
     results, total_chosen, total_best = [], 0.0, 0.0
-    for kind, rows, cols, S, a_shape, b_shape, per_step in SHAPES:
-        a = cuda.to_device(rng.standard_normal(a_shape, dtype=np.float32))
-        host_b = rng.standard_normal(b_shape, dtype=np.float32)
-        start = cuda.to_device(rng.standard_normal(max(cols, 1), dtype=np.float32))
-        first = rows - 1 if rows == 1 else 0
-        row_range = cuda.to_device(np.array([first, first + rows], dtype=np.int64))
-        init = rng.standard_normal((max(rows, T), cols), dtype=np.float32)
-        streamed = host_b if STREAMED[kind] == "b" else init
-        copies = copies_past_l2(streamed.nbytes)
-        bs = [cuda.to_device(host_b) for _ in range(copies if STREAMED[kind] == "b" else 1)]
-        times, bits = {}, None
-        chosen_label, labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
-        for label in labels:
-            tile = CANDIDATES[label]
-            if tile.ST * M.stage_bytes(tile, kind) > sharedmem.optin_bytes():
-                continue
-            grid = (-(-cols // (tile.TN * tile.CT)), -(-rows // (tile.TM * tile.RT)))
-            kernel = M.tiled(kind, tile, fused, a, bs[0])
-            outs = [cuda.to_device(init) for _ in range(1 if STREAMED[kind] == "b" else copies)]
-            launch_args = [(a, bs[r % len(bs)], start, outs[r % len(outs)], row_range, S, np.float32(0.5),
-                            outs[r % len(outs)], outs[r % len(outs)]) for r in range(copies)]
-            out = outs[0]
-            nbytes = M.dynamic_bytes(tile, kind)
-            opt_in(kernel, launch_args[0], nbytes)
-            kernel[grid, (tile.CT, tile.RT), 0, nbytes](*launch_args[0])  # compiles it, and gives the bits (from a clean out)
-            got = out.copy_to_host()
-            us = time_kernel(kernel, grid, (tile.CT, tile.RT), launch_args, repeats=4 * copies, nbytes=nbytes)
-            if bits is None:
-                bits = got
-            elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):
-                raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: tile {label} gives other bits")
-            times[label] = round(us, 1)
+    for index in chosen:
+        kind, rows, cols, S, _, _, per_step = SHAPES[index]
+        times = {label: us for i, label, us, _ in done if i == index and us is not None}
+        digests = {label: d for i, label, us, d in done if i == index and us is not None}
+        for i, label, us, error in done:
+            if i == index and us is None:
+                print(f"  {kind} {rows}x{cols}x{S} {label}: failed: {error}", flush=True)
+        if chosen[index] not in times:
+            raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: the chosen tile {chosen[index]} failed")
+        other = [label for label, d in digests.items() if d != digests[chosen[index]]]
+        if other:
+            raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: tile {other[0]} gives other bits")
         best = min(times, key=times.get)
-        total_chosen += per_step * times[chosen_label]
+        total_chosen += per_step * times[chosen[index]]
         total_best += per_step * times[best]
         flop = 2.0 * rows * cols * S
         results.append({"kind": kind, "rows": rows, "cols": cols, "sum": S, "per_step": per_step, "us": times,
-                        "chosen": chosen_label, "best": best, "best_tflops": round(flop / times[best] / 1e6, 2)})
-        print(f"{kind:26} {rows:5}x{cols:5}x{S:5}  chosen {chosen_label} {times[chosen_label]:8.1f} us  "
+                        "chosen": chosen[index], "best": best, "best_tflops": round(flop / times[best] / 1e6, 2),
+                        "chosen_tflops": round(flop / times[chosen[index]] / 1e6, 2)})
+        print(f"{kind:26} {rows:5}x{cols:5}x{S:5}  chosen {chosen[index]} {times[chosen[index]]:8.1f} us  "
               f"best {best} {times[best]:8.1f} us  ({results[-1]['best_tflops']} TFLOP/s)  "
-              + " ".join(f"{k}={v}" for k, v in times.items()), flush=True)
-    print(f"one training step's matrix kernels: {total_chosen / 1e3:.2f} ms as chosen, "
-          f"{total_best / 1e3:.2f} ms with the best tile per shape")
+              + " ".join(f"{k}={v}" for k, v in sorted(times.items(), key=lambda kv: kv[1])), flush=True)
+    print(f"the swept shapes' matrix kernels, a training step: {total_chosen / 1e3:.3f} ms as chosen, "
+          f"{total_best / 1e3:.3f} ms with the best tile per shape")
     return {"shapes": results, "step_ms_chosen": total_chosen / 1e3, "step_ms_best": total_best / 1e3}
 
 
@@ -211,6 +288,9 @@ def main(argv=None):
     ap.add_argument("--row", action="store_true", help="the one-row kernel at the decode step's shapes")
     ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
     ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
+    ap.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
+                    help="processes compiling the tiled kernels side by side (default: one a core)")
+    ap.add_argument("--kinds", type=kind_list, help="only these kinds, comma-separated (default: all)")
     args = parsed(ap.parse_args, argv, "tf_matmul_sweep")
     if args is None:
         return 2
@@ -218,7 +298,8 @@ def main(argv=None):
     if problem:  # before the sweep, not after it
         print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
         return 1
-    table = (sweep_rows if args.row else sweep_tiles)(is_fused(args.fp_model))
+    fused = is_fused(args.fp_model)
+    table = sweep_rows(fused) if args.row else sweep_tiles(fused, args.jobs, args.kinds)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"fp_model": args.fp_model, **table}, indent=1))
