@@ -57,7 +57,10 @@ else:
     LN_THREADS, LN_BACK_THREADS, ARGMAX_THREADS = 1024, 128, 1024
     SOFTMAX_CHUNK = ordered.WINDOW  # exps staged in shared memory for the ordered sum (32 KiB)
 SOFTMAX_THREADS, SOFTMAX_GROUPS = ordered.THREADS, ordered.GROUPS  # the unembedding softmax's block: the ordered sum's
-SOFTMAX_LOADS = 8  # loads in flight a tf_unembedding_softmax thread
+# tf_unembedding_softmax_chain's two exp buffers, and the threads [0, CHAIN_WARP) that leave the
+# exps to the others (thread 0 adds)
+CHAIN_CHUNK, CHAIN_WARP = (32, 1) if config.ENABLE_CUDASIM else (4096, 32)
+SOFTMAX_LOADS = 16  # loads in flight a tf_unembedding_softmax thread
 
 
 @cuda.jit
@@ -136,18 +139,13 @@ def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
 
 UNROLL = 8  # loads a thread keeps in flight in an ordered sum
 ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax row
-ATTN_THREADS = 4 if config.ENABLE_CUDASIM else 64  # threads per tf_attn_back_row block: a key and an output each at d_k 64
+ATTN_THREADS = 4 if config.ENABLE_CUDASIM else 64  # threads per tf_attn block: a key and an output each at d_k 64
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
-# tf_attn: a block of ATTN_FWD_THREADS owns up to ATTN_QUERIES queries of a head (launch.attn
-# fits them to the rows' length and the head's width). Its staging buffer, in floats, holds at
-# GPT-2's heads (rows of 68 floats when wide) its 8 queries and all 64 keys of T = 64, then the 64
-# values; at least two rows of the widest head (d_model <= LN_D_MAX). The queries' scores take
-# ATTN_P floats. The simulator stages few rows a chunk, so that its small shapes take several.
-ATTN_FWD_THREADS = 4 if config.ENABLE_CUDASIM else 256
-ATTN_QUERIES = 2 if config.ENABLE_CUDASIM else 8
-ATTN_KV = 72 * 68
-ATTN_P = 4096
-ATTN_CHUNK_ROWS = 3 if config.ENABLE_CUDASIM else ATTN_T_MAX
+# tf_attn's staging buffer, in floats: at GPT-2's heads (rows of 68 floats when wide) the query and
+# 61 keys, or 62 values, a chunk; at least two rows of the widest head (d_model <= LN_D_MAX). The
+# simulator stages two rows a chunk, so that its small shapes take several
+ATTN_KV = 65 * 65
+ATTN_CHUNK_ROWS = 2 if config.ENABLE_CUDASIM else ATTN_T_MAX
 wait_all = wait(0)  # every copy of this thread's has landed
 copy1, copy4 = copy_async(1), copy_async(4)  # 4 or 16 bytes, global to shared memory
 load4 = vector_load(4, 1)
@@ -415,96 +413,80 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
 
 
 @cuda.jit
-def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide, queries, stride):
-    """The body of tf.c's loop over heads and queries, for `queries` consecutive queries of a head
-    a block (launch.attn): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, every value
-    computed as those kernels compute it. The block copies its queries and then the keys into
-    shared memory, a chunk of rows at a time (the copies of a chunk in flight together), and its
-    threads own (query, key) pairs; each query's row of scores (`stride` floats apart in shared
-    memory) takes a group of the threads through staged_softmax; the values are copied in, and
-    the threads own (query, feature) outputs. The keys and values are read once for all the
-    block's queries. `wide` (launch.attn: d_k and the rows' starts multiples of 4 floats) copies 16
-    bytes at a time and reads the keys 4 steps at a time. The passes launch it for many rows; the
-    decode step's one row goes to the three kernels, which spread its keys and outputs over more
-    threads."""
-    groups = -(-n // queries)
-    h, g = cuda.blockIdx.x // groups, cuda.blockIdx.x % groups
+def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide):
+    """The body of tf.c's loop over heads and queries, for (head h, query q) a block (block
+    h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, every value
+    computed as those kernels compute it (the threads own keys, then staged_softmax, then the
+    threads own outputs). The query, the keys and then the values are copied into shared memory a
+    chunk of rows at a time, the copies of a chunk in flight together (reading its own key row
+    from global memory, each thread waited on load after load, at 32 cache lines a warp load). The
+    values' first chunk flies during the softmax. `wide` (launch.attn: d_k and the rows' starts
+    multiples of 4 floats) copies 16 bytes at a time and reads the keys 4 steps at a time.
+    The passes launch it for many rows; the decode step's one row goes to the three kernels,
+    which spread its keys and outputs over more threads."""
+    h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
     t = cuda.threadIdx.x
-    q0 = rows[0] + g * queries
-    nq = min(queries, n - g * queries)
     D = softmax.shape[0] * d_k
     ld = np.uint64(c_attn.shape[1])
     c = np.uint64(h * d_k)
-    n_k = q0 + nq  # the keys of the block's last query
-    p = cuda.shared.array(ATTN_P, np.float32)  # each query's scores, their exps, the probabilities
-    part = cuda.shared.array(ATTN_FWD_THREADS, np.float32)
-    kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # the queries and keys, later values
-    zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums, query by query
+    n_k = q_i + 1
+    row = softmax[h, q_i]
+    p = cuda.shared.array(ATTN_T_MAX, np.float32)  # the scores, their exps, the probabilities
+    part = cuda.shared.array(ATTN_THREADS, np.float32)
+    kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # the query and keys, later values
+    zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums
     # a staged row: 16-byte aligned when wide, which puts 8 consecutive keys' vectors in distinct
     # banks at GPT-2's 64; else odd at even d_k, so that a warp's scalar key loads do not collide
     S = d_k + 4 if wide else d_k + 1
-    keys = min(ATTN_CHUNK_ROWS, ATTN_KV // S - queries)
+    keys = min(ATTN_CHUNK_ROWS, ATTN_KV // S - 1)
     values = min(ATTN_CHUNK_ROWS, ATTN_KV // S)
-    stage_rows(c_attn, kv, np.uint64(0), q0, nq, ld, c, S, d_k, t, wide, ATTN_FWD_THREADS)
+    stage_rows(c_attn, kv, np.uint64(0), q_i, 1, ld, c, S, d_k, t, wide)
     for k0 in range(0, n_k, keys):
         rn = min(keys, n_k - k0)
-        stage_rows(c_attn, kv, np.uint64(queries * S), k0, rn, ld, np.uint64(D) + c, S, d_k, t, wide,
-                   ATTN_FWD_THREADS)
+        stage_rows(c_attn, kv, np.uint64(S), k0, rn, ld, np.uint64(D) + c, S, d_k, t, wide)
         commit()
         wait_all()
         cuda.syncthreads()
-        for pair in range(t, nq * rn, ATTN_FWD_THREADS):
-            a, k = pair // rn, pair % rn
-            if k0 + k <= q0 + a:  # causal: query q0 + a sees keys up to itself
-                q_row, k_row = np.uint64(a * S), np.uint64((queries + k) * S)
-                if wide:
-                    dot = vector_dot(ZERO, kv, q_row, kv, k_row, d_k, fused)
-                else:
-                    dot = staged_dot(ZERO, kv, q_row, U1, kv, k_row, U1, d_k, fused)
-                p[a * stride + k0 + k] = mul(dot, rsqrt_d_k)
+        for k in range(t, rn, ATTN_THREADS):
+            k_row = np.uint64((k + 1) * S)
+            if wide:
+                dot = vector_dot(ZERO, kv, np.uint64(0), kv, k_row, d_k, fused)
+            else:
+                dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, k_row, U1, d_k, fused)
+            p[k0 + k] = mul(dot, rsqrt_d_k)
         cuda.syncthreads()  # the chunk is read before the next is copied over it
     v_col = np.uint64(2 * D) + c
-    stage_rows(c_attn, kv, np.uint64(0), 0, min(values, n_k), ld, v_col, S, d_k, t, wide, ATTN_FWD_THREADS)
+    stage_rows(c_attn, kv, np.uint64(0), 0, min(values, n_k), ld, v_col, S, d_k, t, wide)
     commit()
-    # each query's softmax by a group of threads (a query past the block's last has no keys)
-    per = ATTN_FWD_THREADS // queries
-    a, lane = t // per, t % per
-    row_a = min(a, queries - 1)  # the threads past the groups join in on the last row's barriers
-    n_a = q0 + a + 1 if a < nq else 0
-    staged_softmax(p[row_a * stride:row_a * stride + stride], n_a, lane, per, part[row_a * per:row_a * per + per])
-    for k in range(lane, n_a, per):
-        softmax[h, q0 + a, k] = p[a * stride + k]
-    for o in range(t, nq * d_k, ATTN_FWD_THREADS):
-        zs[o] = ZERO
+    staged_softmax(p, n_k, t, ATTN_THREADS, part)
+    for k in range(t, n_k, ATTN_THREADS):
+        row[k] = p[k]
+    for d in range(t, d_k, ATTN_THREADS):
+        zs[d] = ZERO
     for v0 in range(0, n_k, values):
         rn = min(values, n_k - v0)
         wait_all()
         cuda.syncthreads()
-        for o in range(t, nq * d_k, ATTN_FWD_THREADS):
-            a, d = o // d_k, o % d_k
-            steps = min(rn, q0 + a + 1 - v0)  # the values query q0 + a sees in this chunk
-            if steps > 0:
-                zs[o] = staged_dot(zs[o], p, np.uint64(a * stride + v0), U1, kv, np.uint64(d), np.uint64(S), steps,
-                                   fused)
+        for d in range(t, d_k, ATTN_THREADS):
+            zs[d] = staged_dot(zs[d], p, np.uint64(v0), U1, kv, np.uint64(d), np.uint64(S), rn, fused)
         if v0 + values < n_k:
             cuda.syncthreads()  # the chunk is read before the next is copied over it
             stage_rows(c_attn, kv, np.uint64(0), v0 + values, min(values, n_k - v0 - values), ld, v_col, S, d_k, t,
-                       wide, ATTN_FWD_THREADS)
+                       wide)
             commit()
-    for o in range(t, nq * d_k, ATTN_FWD_THREADS):
-        a, d = o // d_k, o % d_k
-        z[q0 + a, c + np.uint64(d)] = zs[o]
+    for d in range(t, d_k, ATTN_THREADS):
+        z[q_i, c + np.uint64(d)] = zs[d]
 
 
 @cuda.jit(device=True)
-def stage_rows(c_attn, kv, dst, r0, rn, ld, col, S, d_k, t, wide, threads):
+def stage_rows(c_attn, kv, dst, r0, rn, ld, col, S, d_k, t, wide):
     """tf_attn's copies of c_attn[r0 + r, col:col + d_k] into kv[dst + r * S:] for r < rn, by
-    the block's `threads` threads: 4 floats a copy when wide, else 1. A thread's place in a row is worked out
+    the block's threads: 4 floats a copy when wide, else 1. A thread's place in a row is worked out
     once, so each copy costs an add or two."""
     w = 4 if wide else 1
     per_row = d_k // w
-    if per_row <= threads:
-        rows_at_once = threads // per_row
+    if per_row <= ATTN_THREADS:
+        rows_at_once = ATTN_THREADS // per_row
         r = t // per_row
         if r < rows_at_once:
             o = np.uint64((t - r * per_row) * w)
@@ -521,7 +503,7 @@ def stage_rows(c_attn, kv, dst, r0, rn, ld, col, S, d_k, t, wide, threads):
                 s_at += s_step
     else:  # a head wider than the block's copies
         for r in range(rn):
-            for v in range(t, per_row, threads):
+            for v in range(t, per_row, ATTN_THREADS):
                 o = np.uint64(v * w)
                 if wide:
                     copy4(kv, dst + np.uint64(r * S) + o, c_attn, np.uint64(r0 + r) * ld + col + o, 4)
@@ -642,6 +624,73 @@ def tf_unembedding_softmax(out, rows):
         # ends with a barrier after its last read of the chunk, which the next one overwrites
         softmax_exp_sum = ordered.ordered_sum(softmax_exp_sum, chunk, n, t, ordered.HEAD if c0 == 0 else 0,
                                               maps0, maps1, groups0, groups1, ctrl)
+    if t == 0:
+        partial[1] = ONE / softmax_exp_sum
+    cuda.syncthreads()
+    r_softmax_exp_sum = partial[1]
+    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_THREADS
+            got[u] = row[v] if v < V else ZERO
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_THREADS
+            if v < V:
+                row[v] = mul(got[u], r_softmax_exp_sum)
+
+
+@cuda.jit
+def tf_unembedding_softmax_chain(out, rows):
+    """tf_unembedding_softmax with tf.c's sum as it is written, the reference of the ordered sum
+    (tests/tf/test_tf_ordered.py): the block finds the max; thread 0 adds the exps one by one, a
+    chunk at a time from shared memory, while the threads from CHAIN_WARP on compute the next
+    chunk's exps into the other buffer; the block scales by the reciprocal."""
+    i = rows[0] + cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    V = out.shape[1]
+    row = out[i]
+    partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+    m = f32(-np.inf)
+    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_THREADS
+            got[u] = row[v] if v < V else f32(-np.inf)
+        for u in range(SOFTMAX_LOADS):
+            if got[u] > m:
+                m = got[u]
+    partial[t] = m
+    cuda.syncthreads()
+    if t == 0:
+        for j in range(1, SOFTMAX_THREADS):
+            if partial[j] > m:
+                m = partial[j]
+        partial[0] = m
+    cuda.syncthreads()
+    softmax_max = partial[0]
+    chunks = cuda.shared.array((2, CHAIN_CHUNK), np.float32)
+    n_chunks = -(-V // CHAIN_CHUNK)
+    softmax_exp_sum = ZERO
+    EXP_THREADS = SOFTMAX_THREADS - CHAIN_WARP
+    # step c: chunk c's exps go to the row and to buffer c % 2, as thread 0 adds chunk c - 1's
+    for c in range(n_chunks + 1):
+        if t >= CHAIN_WARP and c < n_chunks:
+            c0 = c * CHAIN_CHUNK
+            chunk = chunks[c % 2]
+            n = min(CHAIN_CHUNK, V - c0)
+            for v0 in range(t - CHAIN_WARP, n, EXP_THREADS * SOFTMAX_LOADS):
+                for u in range(SOFTMAX_LOADS):
+                    v = v0 + u * EXP_THREADS
+                    got[u] = row[c0 + v] if v < n else ZERO
+                for u in range(SOFTMAX_LOADS):
+                    v = v0 + u * EXP_THREADS
+                    if v < n:
+                        e = expf(got[u] - softmax_max)
+                        row[c0 + v] = e
+                        chunk[v] = e
+        if t == 0 and c > 0:
+            c0 = (c - 1) * CHAIN_CHUNK
+            softmax_exp_sum = staged_sum(softmax_exp_sum, chunks[(c - 1) % 2], np.uint64(0), min(CHAIN_CHUNK, V - c0))
+        cuda.syncthreads()
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()

@@ -58,28 +58,14 @@ def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, 
            weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add)
 
 
-def attn_queries(T, d_k, wide):
-    """The queries a tf_attn block owns: ATTN_QUERIES, halved until their rows of T scores, their
-    outputs' partial sums and their staged rows (with a key beside them) fit its shared memory."""
-    S = d_k + 4 if wide else d_k + 1
-    queries = K.ATTN_QUERIES
-    while queries > 1 and (queries * T > K.ATTN_P or queries * d_k > K.LN_D_MAX or (queries + 1) * S > K.ATTN_KV):
-        queries //= 2
-    assert K.ATTN_FWD_THREADS % queries == 0  # every thread in a query's group
-    return queries
-
-
 def attn(c_attn, softmax, z, rows, n, T, d_k, rsqrt_d_k, fused):
-    """tf.c's attention loop for the n rows from rows[0] (rows[1] <= T): tf_attn, a block per head
-    and group of queries (attn_queries), 16-byte copies where every row of a head starts 16 bytes
-    aligned; one row (the decode step, keys up to T) goes to the three kernels, which spread its
-    keys and outputs over more threads."""
+    """tf.c's attention loop for the n rows from rows[0]: tf_attn, a block per head and row, 16-byte
+    copies where every row of a head starts 16 bytes aligned; one row (the decode step, keys up to
+    T) goes to the three kernels, which spread its keys and outputs over more threads."""
     H = softmax.shape[0]
     if n > 1:
         wide = d_k % 4 == 0 and c_attn.shape[1] % 4 == 0 and address(c_attn) % 16 == 0
-        queries = attn_queries(T, d_k, wide)
-        blocks(K.tf_attn, H * -(-n // queries), K.ATTN_FWD_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k,
-               fused, wide, queries, T)
+        blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide)
         return
     elementwise(K.tf_attn_scores, H * n * T, c_attn, softmax, rows, n, T, d_k, rsqrt_d_k, fused)
     blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, softmax, rows, n)

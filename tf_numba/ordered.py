@@ -29,9 +29,11 @@ from cudakit.devmath import bits_float, float_bits
 
 from . import kernels as K  # its staged_sum, found when a kernel compiles (kernels imports this)
 
-BINADE = 1 << 24  # k at the top of a binade: 2^24 units of its spacing
-SAT = 1 << 25  # what an increment past any binade is kept at
-TIE = 1 << 30  # a packed term's flag: exactly half a unit past q
+I = np.int32  # every number here fits one: 32-bit arithmetic, no 64-bit pairs
+BINADE = I(1 << 24)  # k at the top of a binade: 2^24 units of its spacing
+SAT = I(1 << 25)  # what an increment past any binade is kept at
+TIE = I(1 << 30)  # a packed term's flag: exactly half a unit past q
+UNITS = I((1 << 30) - 1)  # a packed term's q
 
 if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier
     THREADS, PER, GROUPS, HEAD = 8, 2, 2, 3
@@ -42,54 +44,54 @@ WINDOW = THREADS * PER  # the terms a round of the scan covers
 assert GROUP * GROUPS == THREADS
 
 
+# Numba widens 32-bit integer arithmetic to 64 bits; each result cast back to int32 lets the GPU
+# compiler narrow the operation itself (one instruction, not a pair).
+
+
 @cuda.jit(device=True)
 def split(s):
     """(E, k): s >= 0 is k units of 2^(E - 150), E being s's biased exponent (1 for zero and the
     subnormals, which share the first binade's unit), k < 2^24 (2^24 only at the top of one)."""
     b = float_bits(s)
-    E = max(b >> 23, 1)
-    return E, b - ((E - 1) << 23)
+    E = I(max(I(b >> I(23)), I(1)))
+    return E, I(b - I((E - I(1)) << I(23)))
 
 
 @cuda.jit(device=True)
 def joined(E, k):
     """The float of k units of 2^(E - 150) (split's inverse)."""
-    return bits_float(((E - 1) << 23) + k)
+    return bits_float(I(I((E - I(1)) << I(23)) + k))
 
 
 @cuda.jit(device=True)
 def packed(x, E):
     """The finite x >= 0 in units of 2^(E - 150), rounded to the nearest unit, or the unit below
-    with TIE set when exactly half a unit is left over; SAT when x leaves the binade by itself."""
+    with TIE set when exactly half a unit is left over; SAT when x leaves the binade by itself.
+    Without branches (a warp's terms take every path at once): a shift past 25 leaves less than
+    half a unit, which rounds to nothing, so shifts stop at 30."""
     F, m = split(x)
-    sh = E - F
-    if sh < 0:
-        return SAT
-    if sh == 0:
-        return m
-    if sh > 25:  # x < 2^-25 units: rounds to nothing, never a tie
-        return 0
-    q = m >> sh
-    rem = m - (q << sh)
-    half = 1 << (sh - 1)
-    if rem == half:
-        return q | TIE
-    return q + 1 if rem > half else q
+    sh = I(E - F)
+    s = I(min(I(max(sh, I(0))), I(30)))
+    q = I(m >> s)
+    rem = I(m - I(q << s))
+    half = I(I(I(1) << s) >> I(1))
+    term = I(q + I(1)) if rem > half else q
+    term = I(q | TIE) if rem == half and s > I(0) else term
+    return SAT if sh < I(0) else term
 
 
 @cuda.jit(device=True)
 def step(k, term):
     """k units plus a packed term, rounded as the float add rounds: at a tie, to the even one."""
-    q = term & (TIE - 1)
-    tie = term >> 30
-    return k + q + (tie & ((k + q) & 1))
+    kq = I(k + I(term & UNITS))
+    return I(kq + I(I(I(term >> I(30)) & kq) & I(1)))
 
 
 @cuda.jit(device=True)
 def compose(a0, a1, b0, b1):
     """The map of a run of terms, then another, as (increment from an even k, from an odd k): b
     applies at the parity a leaves."""
-    return min(a0 + (b1 if a0 & 1 else b0), SAT), min(a1 + (b0 if a1 & 1 else b1), SAT)
+    return I(min(I(a0 + (b1 if I(a0 & I(1)) else b0)), SAT)), I(min(I(a1 + (b0 if I(a1 & I(1)) else b1)), SAT))
 
 
 @cuda.jit(device=True)
@@ -99,10 +101,10 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
     The first `head` terms are one thread's chain. Scratch, in shared memory: maps0 and maps1
     (int32, THREADS), groups0 and groups1 (int32, GROUPS), ctrl (int32, 4)."""
     if t == 0:
-        ctrl[3] = 1 if float_bits(s) < 0 else 0
+        ctrl[3] = 1 if float_bits(s) < I(0) else 0
     cuda.syncthreads()
     for v in range(t, n, THREADS):  # a term the scan does not take (the C's softmax makes none)
-        if float_bits(x[v]) < 0 or not x[v] < np.inf:  # negative (-0 too), infinite or NaN
+        if float_bits(x[v]) < I(0) or not x[v] < np.inf:  # negative (-0 too), infinite or NaN
             ctrl[3] = 1
     cuda.syncthreads()
     if ctrl[3] != 0:
@@ -120,26 +122,27 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
             break
         # each thread's run of PER terms, packed, and its map
         base = pos + t * PER
-        c0, c1 = 0, 0
-        for j in range(PER):
-            term = packed(x[base + j], E) if base + j < n else 0
+        c0, c1 = I(0), I(0)
+        for j in range(PER):  # a term past the end reads the last one and counts as zero: no branch
+            term = packed(x[min(base + j, n - 1)], E)
+            term = term if base + j < n else I(0)
             terms[j] = term
-            c0 = min(step(c0, term), SAT)
-            c1 = min(step(1 + c1, term) - 1, SAT)
+            c0 = I(min(step(c0, term), SAT))
+            c1 = I(min(I(step(I(c1 + I(1)), term) - I(1)), SAT))
         maps0[t] = c0
         maps1[t] = c1
         cuda.syncthreads()
         # the scan: GROUPS threads compose their group's maps, one thread scans the groups, and
         # the GROUPS threads turn their group's maps into each thread's exclusive prefix
         if t < GROUPS:
-            a0, a1 = 0, 0
+            a0, a1 = I(0), I(0)
             for u in range(t * GROUP, (t + 1) * GROUP):
                 a0, a1 = compose(a0, a1, maps0[u], maps1[u])
             groups0[t] = a0
             groups1[t] = a1
         cuda.syncthreads()
         if t == 0:
-            a0, a1 = 0, 0
+            a0, a1 = I(0), I(0)
             for g in range(GROUPS):
                 b0, b1 = groups0[g], groups1[g]
                 groups0[g] = a0
@@ -157,11 +160,11 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
         cuda.syncthreads()
         # each thread walks its run from where the scan puts it: the first term that takes k to
         # the top of the binade, if any
-        k = k0 + (maps1[t] if k0 & 1 else maps0[t])
+        k = I(k0 + (maps1[t] if I(k0 & I(1)) else maps0[t]))
         before = k
         cross = -1
-        for j in range(PER):
-            if base + j < n and k < BINADE:
+        for j in range(PER):  # terms past the end are zero
+            if k < BINADE:
                 before = k
                 k = step(k, terms[j])
                 if k >= BINADE:

@@ -3,7 +3,8 @@ adds it replaces, bit for bit, on rows built to cross its edges: ties at half a 
 place the running sum's parity matters), a binade left at every term, zeros, subnormals, a term
 larger than everything before it, terms the scan refuses (negative, infinite, NaN), a sum that
 overflows, and softmax rows as tf.c makes them. The whole softmax kernel against tf.c's loop
-in numpy. Short rows in the simulator (8 threads, runs of 2 terms), GPT-2's 50,257 on a GPU."""
+in numpy, and its reference kernel with tf.c's chain likewise. Short rows in the simulator (8
+threads, runs of 2 terms), GPT-2's 50,257 on a GPU."""
 import numpy as np
 import pytest
 from numba import config, cuda
@@ -100,15 +101,18 @@ def softmax_reference(logits):
     return exps * r
 
 
+@pytest.mark.parametrize("kernel", ["tf_unembedding_softmax", "tf_unembedding_softmax_chain"], ids=["scan", "chain"])
 @pytest.mark.parametrize("scale", [1.0, 30.0], ids=["logits", "wide_logits"])
-def test_unembedding_softmax_equals_tf_c(scale):
-    """tf_unembedding_softmax on rows of logits, through forward.py's launch, against the numpy loop."""
+def test_unembedding_softmax_equals_tf_c(scale, kernel):
+    """tf_unembedding_softmax (the passes' kernel: the ordered sum) and tf_unembedding_softmax_chain
+    (tf.c's chain, its reference), each on rows of logits as forward.py launches them, against the
+    numpy loop."""
     V = 50257 if not config.ENABLE_CUDASIM else 3 * CHUNK // 2 + 5
     T = 4 if not config.ENABLE_CUDASIM else 2
     rng = np.random.default_rng(int(scale))
     logits = (rng.standard_normal((T, V)) * scale).astype(np.float32)
     out = cuda.to_device(logits)
-    launch.blocks(K.tf_unembedding_softmax, T, K.SOFTMAX_THREADS, 0, out, cuda.to_device(np.array([0, T], np.int64)))
+    launch.blocks(getattr(K, kernel), T, K.SOFTMAX_THREADS, 0, out, cuda.to_device(np.array([0, T], np.int64)))
     got = out.copy_to_host()
     for i in range(T):
         assert np.array_equal(got[i].view(np.uint32), softmax_reference(logits[i]).view(np.uint32)), i

@@ -2,9 +2,9 @@
 class of kernels left out (the results are then wrong: only the time counts), and with the next
 product's weights read into the L2 on a branch while the current product runs.
 
-    python3 tools/experiments/step_ablation.py ASSETS_DIR [fma|nofma] [T] [all|base]
+    python3 tools/experiments/step_ablation.py ASSETS_DIR [fma|nofma] [T] [all|base|softmax]
 
-(base: the step as it is only.)
+(base: the step as it is only; softmax: and with tf.c's chain for the softmax's sum.)
 
 A kernel left out that shortens the step by its own time sits on the critical path; one that
 shortens it by less runs beside it (a graph branch) or overlaps. With the branches recorded on
@@ -139,7 +139,11 @@ def main():
         print(f"{label:40} forward {f:7.3f} ms   forward+backward {s:7.3f} ms", flush=True)
 
     report("as it is")
-    if len(sys.argv) > 4 and sys.argv[4] == "base":
+    mode = sys.argv[4] if len(sys.argv) > 4 else "all"
+    if mode in ("all", "softmax"):
+        with patched(K, "tf_unembedding_softmax", K.tf_unembedding_softmax_chain):
+            report("softmax by tf.c's chain (the reference)")
+    if mode != "all":
         return
     with patched(stream, "beside", lambda name: contextlib.nullcontext()):
         report("branches on the main chain")
@@ -157,6 +161,8 @@ def main():
         report("no tf_unembedding")
     with patched(launch, "blocks", skipping(launch.blocks, {K.tf_unembedding_softmax})):
         report("no tf_unembedding_softmax")
+    with patched(K, "tf_unembedding_softmax", K.tf_unembedding_softmax_chain):
+        report("softmax by tf.c's chain (the reference)")
     with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None):
         report("no layer norms")
     attn = {K.tf_attn_scores, K.tf_attn_z, K.tf_attn_back_qkv}
