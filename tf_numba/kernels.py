@@ -570,20 +570,12 @@ def tf_unembedding(wte, ln_f, out, rows, fused):
         out[i, v] = dot
 
 
-@cuda.jit
-def tf_unembedding_softmax(out, rows):
-    """Softmax of row rows[0] + blockIdx: the block finds the max (exact in any order), then a
-    chunk at a time computes the exps into the row and into shared memory, and adds them to the
-    sum in tf.c's order (ordered.ordered_sum: the chain's bits, scanned by the whole block); it
-    scales by the reciprocal. The passes over the row keep SOFTMAX_LOADS loads in flight a thread
-    (the row is 50,257 floats and 64 blocks read the logits at once: one load at a time waits on
-    each)."""
-    i = rows[0] + cuda.blockIdx.x
-    t = cuda.threadIdx.x
-    V = out.shape[1]
-    row = out[i]
-    partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
-    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+@cuda.jit(device=True)
+def row_max(row, V, t, partial, got):
+    """The largest of row[0:V] (exact in any order): each of the block's SOFTMAX_THREADS threads
+    takes every SOFTMAX_THREADS-th value, SOFTMAX_LOADS loads in flight (the row is 50,257 floats
+    and 64 blocks read the logits at once: one load at a time waits on each), then thread 0
+    takes the largest of theirs. Every thread gets it."""
     m = f32(-np.inf)
     for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
         for u in range(SOFTMAX_LOADS):
@@ -600,30 +592,30 @@ def tf_unembedding_softmax(out, rows):
                 m = partial[j]
         partial[0] = m
     cuda.syncthreads()
-    softmax_max = partial[0]
-    chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
-    maps0 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
-    maps1 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
-    groups0 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
-    groups1 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
-    ctrl = cuda.shared.array(4, np.int32)
-    softmax_exp_sum = ZERO
-    for c0 in range(0, V, SOFTMAX_CHUNK):
-        n = min(SOFTMAX_CHUNK, V - c0)
-        for v0 in range(t, n, SOFTMAX_THREADS * SOFTMAX_LOADS):
-            for u in range(SOFTMAX_LOADS):
-                v = v0 + u * SOFTMAX_THREADS
-                got[u] = row[c0 + v] if v < n else ZERO
-            for u in range(SOFTMAX_LOADS):
-                v = v0 + u * SOFTMAX_THREADS
-                if v < n:
-                    e = expf(got[u] - softmax_max)
-                    row[c0 + v] = e
-                    chunk[v] = e
-        cuda.syncthreads()
-        # ends with a barrier after its last read of the chunk, which the next one overwrites
-        softmax_exp_sum = ordered.ordered_sum(softmax_exp_sum, chunk, n, t, ordered.HEAD if c0 == 0 else 0,
-                                              maps0, maps1, groups0, groups1, ctrl)
+    return partial[0]
+
+
+@cuda.jit(device=True)
+def row_exps(row, chunk, c0, n, t, threads, softmax_max, got):
+    """tf.c's exps of row[c0:c0 + n], each written back to the row and to chunk[0:n] (shared
+    memory, for the sum): thread t of `threads` takes every threads-th value, SOFTMAX_LOADS
+    loads in flight."""
+    for v0 in range(t, n, threads * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * threads
+            got[u] = row[c0 + v] if v < n else ZERO
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * threads
+            if v < n:
+                e = expf(got[u] - softmax_max)
+                row[c0 + v] = e
+                chunk[v] = e
+
+
+@cuda.jit(device=True)
+def row_scale(row, V, t, softmax_exp_sum, partial, got):
+    """tf.c's last softmax loop: each exp in row[0:V] times 1.0f / the sum (thread 0's division,
+    shared through partial[1]), SOFTMAX_LOADS loads in flight a thread."""
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()
@@ -636,6 +628,36 @@ def tf_unembedding_softmax(out, rows):
             v = v0 + u * SOFTMAX_THREADS
             if v < V:
                 row[v] = mul(got[u], r_softmax_exp_sum)
+
+
+@cuda.jit
+def tf_unembedding_softmax(out, rows):
+    """Softmax of row rows[0] + blockIdx: the block finds the max (row_max), then a chunk at a
+    time computes the exps into the row and into shared memory, and adds them to the sum in
+    tf.c's order (ordered.ordered_sum: the chain's bits, scanned by the whole block); it scales by
+    the reciprocal (row_scale)."""
+    i = rows[0] + cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    V = out.shape[1]
+    row = out[i]
+    partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+    softmax_max = row_max(row, V, t, partial, got)
+    chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
+    maps0 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
+    maps1 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
+    groups0 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
+    groups1 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
+    ctrl = cuda.shared.array(4, np.int32)
+    softmax_exp_sum = ZERO
+    for c0 in range(0, V, SOFTMAX_CHUNK):
+        n = min(SOFTMAX_CHUNK, V - c0)
+        row_exps(row, chunk, c0, n, t, SOFTMAX_THREADS, softmax_max, got)
+        cuda.syncthreads()
+        # ends with a barrier after its last read of the chunk, which the next one overwrites
+        softmax_exp_sum = ordered.ordered_sum(softmax_exp_sum, chunk, n, t, ordered.HEAD if c0 == 0 else 0,
+                                              maps0, maps1, groups0, groups1, ctrl)
+    row_scale(row, V, t, softmax_exp_sum, partial, got)
 
 
 @cuda.jit
@@ -650,23 +672,7 @@ def tf_unembedding_softmax_chain(out, rows):
     row = out[i]
     partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    m = f32(-np.inf)
-    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_THREADS
-            got[u] = row[v] if v < V else f32(-np.inf)
-        for u in range(SOFTMAX_LOADS):
-            if got[u] > m:
-                m = got[u]
-    partial[t] = m
-    cuda.syncthreads()
-    if t == 0:
-        for j in range(1, SOFTMAX_THREADS):
-            if partial[j] > m:
-                m = partial[j]
-        partial[0] = m
-    cuda.syncthreads()
-    softmax_max = partial[0]
+    softmax_max = row_max(row, V, t, partial, got)
     chunks = cuda.shared.array((2, CHAIN_CHUNK), np.float32)
     n_chunks = -(-V // CHAIN_CHUNK)
     softmax_exp_sum = ZERO
@@ -677,32 +683,12 @@ def tf_unembedding_softmax_chain(out, rows):
             c0 = c * CHAIN_CHUNK
             chunk = chunks[c % 2]
             n = min(CHAIN_CHUNK, V - c0)
-            for v0 in range(t - CHAIN_WARP, n, EXP_THREADS * SOFTMAX_LOADS):
-                for u in range(SOFTMAX_LOADS):
-                    v = v0 + u * EXP_THREADS
-                    got[u] = row[c0 + v] if v < n else ZERO
-                for u in range(SOFTMAX_LOADS):
-                    v = v0 + u * EXP_THREADS
-                    if v < n:
-                        e = expf(got[u] - softmax_max)
-                        row[c0 + v] = e
-                        chunk[v] = e
+            row_exps(row, chunk, c0, n, t - CHAIN_WARP, EXP_THREADS, softmax_max, got)
         if t == 0 and c > 0:
             c0 = (c - 1) * CHAIN_CHUNK
             softmax_exp_sum = staged_sum(softmax_exp_sum, chunks[(c - 1) % 2], np.uint64(0), min(CHAIN_CHUNK, V - c0))
         cuda.syncthreads()
-    if t == 0:
-        partial[1] = ONE / softmax_exp_sum
-    cuda.syncthreads()
-    r_softmax_exp_sum = partial[1]
-    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_THREADS
-            got[u] = row[v] if v < V else ZERO
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_THREADS
-            if v < V:
-                row[v] = mul(got[u], r_softmax_exp_sum)
+    row_scale(row, V, t, softmax_exp_sum, partial, got)
 
 
 @cuda.jit(device=True)
