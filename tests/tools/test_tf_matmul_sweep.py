@@ -22,6 +22,8 @@ def sweep(*args):
     (["--fp-model", "fast"], 2, "invalid choice"),
     (["--out", "{tmp}/file/sweep.json"], 1, "file is a file"),  # a traceback after the whole sweep
     (["--out", "{tmp}"], 1, "it is a folder"),
+    (["--kinds", "tf_fc,tf_bogus"], 2, "unknown kind 'tf_bogus'"),
+    (["--jobs", "0"], 2, "must be a positive integer"),
 ])
 def test_bad_options_are_one_line_before_the_sweep(tmp_path, args, code, words):
     (tmp_path / "file").write_text("user file")
