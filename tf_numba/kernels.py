@@ -14,7 +14,9 @@ output's sum alone, in the C loop's order: dot products start from the bias (or 
 ascending, gradient sums run over samples i ascending, input gradients over outputs ascending.
 Nothing is split across threads; what speeds a sum up is keeping its loads in flight ahead of
 its chain of adds (sequential_mad from global memory, staged_sum and staged_dot from shared
-memory) and computing around it in parallel.
+memory) and computing around it in parallel. One sum is the exception: the softmax's sum of
+exps, whose terms are never negative, is scanned by its block with every rounding of the chain
+reproduced (ordered.py); tf_unembedding_softmax_chain keeps the chain as its reference.
 Statements that tf.c's fma build fuses are written `mad(fused, ...)`; every other product is
 `mul` (see fp.py).
 
