@@ -48,16 +48,16 @@ def _tile(label):
     return M.Tile(tm, tn, rt, ct, int(parts[2]), int(parts[3]), parts[4:] == ["q"])
 
 
-CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "t_wide": M.T_WIDE, "t_narrow": M.T_NARROW, "t_tall": M.T_TALL,
-              "row": M.ROW, "t_deep": M.T_DEEP}
+CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "t_wide": M.T_WIDE, "t_narrow": M.T_NARROW, "t_warp": M.T_WARP,
+              "t_tall": M.T_TALL, "row": M.ROW, "t_deep": M.T_DEEP}
 # Many outputs (weight gradients, the training unembedding): big tiles, whose loads serve more fmas;
 # rows of 32 threads (x32), whose warps share their rows of A: one address a warp's A load.
 MANY_OUTPUTS = ["wide", "mid", "4x2/8x16/32/2", "4x2/8x16/64/2", "4x4/8x16/32/2/q", "2x2/8x16/64/3/q",
                 "4x2/4x32/32/2", "8x2/4x32/32/2", "4x4/4x32/32/2", "8x1/4x32/32/2", "8x2/2x32/32/3"]
 # T rows: more outputs a thread against blocks few and small enough to spread over every
 # multiprocessor; the quad lane layout (/q) against the plain one, and rows of 32 threads.
-T_ROWS = ["t_wide", "t_narrow", "t_tall", "2x2/8x16/64/3", "2x2/8x8/64/4", "2x1/8x16/64/4/q", "4x1/8x16/32/4/q",
-          "4x2/4x16/64/3/q", "4x2/8x8/64/3/q", "2x4/8x8/64/3/q", "2x2/4x16/64/4/q", "2x2/4x32/64/3",
+T_ROWS = ["t_wide", "t_narrow", "t_warp", "t_tall", "2x2/8x16/64/3", "2x2/8x8/64/4", "2x1/8x16/64/4/q",
+          "4x1/8x16/32/4/q", "4x2/4x16/64/3/q", "4x2/8x8/64/3/q", "2x4/8x8/64/3/q", "2x2/4x16/64/4/q", "2x2/4x32/64/3",
           "2x2/2x32/64/4", "4x2/4x32/64/3", "4x2/2x32/64/3", "8x2/2x32/64/3", "4x1/4x32/64/3", "2x1/4x32/64/4",
           "4x4/2x32/64/3", "8x1/2x32/64/3", "2x1/2x32/64/4"]
 # the unembedding's input gradient: 50,257-step sums, many chunks in flight
@@ -75,12 +75,30 @@ def kind_list(text):
     return kinds
 
 
-def candidates(kind, rows, cols, chosen):
+def tile_list(text):
+    """argparse type of --tiles: tile labels (TMxTN/RTxCT/BK/ST[/q] or a CANDIDATES name), comma-separated."""
+    labels = text.split(",")
+    for label in labels:
+        if label not in CANDIDATES:
+            try:
+                CANDIDATES[label] = _tile(label)
+            except (ValueError, IndexError):
+                raise argparse.ArgumentTypeError(f"bad tile {label!r}; write TMxTN/RTxCT/BK/ST, /q for quads, "
+                                                 "e.g. 2x2/4x8/64/4/q") from None
+    return labels
+
+
+def candidates(kind, rows, cols, chosen, tiles=None):
     """The tiles worth timing at a shape: big ones where there are millions of outputs (weight
-    gradients, the training unembedding), small ones for T rows, and the tile tile_for picks."""
-    labels = ["row"] if rows == 1 else MANY_OUTPUTS if rows * cols > 1 << 20 else \
+    gradients, the training unembedding), small ones for T rows, or `tiles`; and the tile
+    tile_for picks."""
+    labels = tiles if tiles else ["row"] if rows == 1 else MANY_OUTPUTS if rows * cols > 1 << 20 else \
         DEEP if kind == "tf_unembedding_back_din" else T_ROWS
-    chosen_label = next(k for k, v in CANDIDATES.items() if v == chosen)
+    chosen_label = next((k for k, v in CANDIDATES.items() if v == chosen), None)
+    if chosen_label is None:  # a tile_for tile not among the named ones
+        chosen_label = f"{chosen.TM}x{chosen.TN}/{chosen.RT}x{chosen.CT}/{chosen.BK}/{chosen.ST}" + \
+            ("/q" if chosen.QUAD else "")
+        CANDIDATES[chosen_label] = chosen
     return chosen_label, list(dict.fromkeys([chosen_label] + labels))
 
 
@@ -210,7 +228,7 @@ def _time_tile(index, label, fused):
     import contextlib
 
     kind, rows, cols, S, *_ = SHAPES[index]
-    tile = CANDIDATES[label]
+    tile = CANDIDATES[label] if label in CANDIDATES else _tile(label)  # a spawned worker knows only the named ones
     a, host_b, start, row_range, init, copies = shape_operands(index)
     a, start, row_range = cuda.to_device(a), cuda.to_device(start), cuda.to_device(row_range)
     bs = [cuda.to_device(host_b) for _ in range(copies if STREAMED[kind] == "b" else 1)]
@@ -228,9 +246,9 @@ def _time_tile(index, label, fused):
     return index, label, round(us, 1), digest
 
 
-def sweep_tiles(fused, jobs, kinds=None):
+def sweep_tiles(fused, jobs, kinds=None, tiles=None):
     """The tiled kernel at a training step's shapes (those of `kinds`, or all) under the candidates
-    of each shape's class, compiled by `jobs` processes side by side (each with its own CUDA
+    of each shape's class (or `tiles`), compiled by `jobs` processes side by side (each with its own CUDA
     context), timed one at a time."""
     import multiprocessing
 
@@ -238,7 +256,7 @@ def sweep_tiles(fused, jobs, kinds=None):
     for index, (kind, rows, cols, S, *_) in enumerate(SHAPES):
         if rows == 1 or (kinds and kind not in kinds):
             continue
-        chosen[index], labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused))
+        chosen[index], labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused), tiles)
         work += [(index, label, fused) for label in labels
                  if CANDIDATES[label].ST * M.stage_bytes(CANDIDATES[label], kind) <= sharedmem.H200_OPTIN]
     def report(results):
@@ -291,6 +309,9 @@ def main(argv=None):
     ap.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                     help="processes compiling the tiled kernels side by side (default: one a core)")
     ap.add_argument("--kinds", type=kind_list, help="only these kinds, comma-separated (default: all)")
+    ap.add_argument("--tiles", type=tile_list,
+                    help="time these tiles (TMxTN/RTxCT/BK/ST[/q], comma-separated) beside the chosen one, "
+                         "in place of each shape's candidates")
     args = parsed(ap.parse_args, argv, "tf_matmul_sweep")
     if args is None:
         return 2
@@ -299,7 +320,7 @@ def main(argv=None):
         print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
         return 1
     fused = is_fused(args.fp_model)
-    table = sweep_rows(fused) if args.row else sweep_tiles(fused, args.jobs, args.kinds)
+    table = sweep_rows(fused) if args.row else sweep_tiles(fused, args.jobs, args.kinds, args.tiles)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"fp_model": args.fp_model, **table}, indent=1))
