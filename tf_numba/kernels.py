@@ -59,6 +59,9 @@ else:
     LN_THREADS, LN_BACK_THREADS, ARGMAX_THREADS = 1024, 128, 1024
     SOFTMAX_CHUNK = ordered.WINDOW  # exps staged in shared memory for the ordered sum (32 KiB)
 SOFTMAX_THREADS, SOFTMAX_GROUPS = ordered.THREADS, ordered.GROUPS  # the unembedding softmax's block: the ordered sum's
+# the softmax kernels' registers capped so that a block of SOFTMAX_THREADS launches (ptxas would take
+# 209 a thread); the simulator takes no such option
+SOFTMAX_OPTIONS = {} if config.ENABLE_CUDASIM else {"max_registers": min(255, 65536 // SOFTMAX_THREADS)}
 # tf_unembedding_softmax_chain's two exp buffers, and the threads [0, CHAIN_WARP) that leave the
 # exps to the others (thread 0 adds)
 CHAIN_CHUNK, CHAIN_WARP = (32, 1) if config.ENABLE_CUDASIM else (4096, 32)
@@ -632,7 +635,7 @@ def row_scale(row, V, t, softmax_exp_sum, partial, got):
                 row[v] = mul(got[u], r_softmax_exp_sum)
 
 
-@cuda.jit
+@cuda.jit(**SOFTMAX_OPTIONS)
 def tf_unembedding_softmax(out, rows):
     """Softmax of row rows[0] + blockIdx: the block finds the max (row_max), then a chunk at a
     time computes the exps into the row and into shared memory, and adds them to the sum in
@@ -662,7 +665,7 @@ def tf_unembedding_softmax(out, rows):
     row_scale(row, V, t, softmax_exp_sum, partial, got)
 
 
-@cuda.jit
+@cuda.jit(**SOFTMAX_OPTIONS)
 def tf_unembedding_softmax_chain(out, rows):
     """tf_unembedding_softmax with tf.c's sum as it is written, the reference of the ordered sum
     (tests/tf/test_tf_ordered.py): the block finds the max; thread 0 adds the exps one by one, a

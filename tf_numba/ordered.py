@@ -37,8 +37,9 @@ UNITS = I((1 << 30) - 1)  # a packed term's q
 
 if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier
     THREADS, PER, GROUPS, HEAD = 8, 2, 2, 3
-else:
-    THREADS, PER, GROUPS, HEAD = 256, 32, 16, 512
+else:  # the fastest of 8 geometries (tools/experiments/softmax_probe.py, docs/results/2026-12-02-h200-warp):
+    # 120.8 us for 64 rows of normal logits, against 147.4 with 256 threads, runs of 32, 16 groups
+    THREADS, PER, GROUPS, HEAD = 512, 16, 32, 2048
 GROUP = THREADS // GROUPS  # the threads whose maps one thread of the scan composes
 WINDOW = THREADS * PER  # the terms a round of the scan covers
 assert GROUP * GROUPS == THREADS

@@ -17,7 +17,7 @@ CHUNK, THREADS, GROUPS = K.SOFTMAX_CHUNK, O.THREADS, O.GROUPS  # shared arrays' 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the row that overflows
 
 
-@cuda.jit
+@cuda.jit(**K.SOFTMAX_OPTIONS)  # a block of O.THREADS, as the softmax's
 def sum_rows(rows, lengths, starts, heads, sums):
     """sums[r] = starts[r] + rows[r, 0] + ... in order, a block a row, the row staged in chunks
     (the head only in the first), as tf_unembedding_softmax calls it."""
