@@ -26,6 +26,7 @@ forward kernels compute the rows `rows[0] <= i < rows[0] + n`, where `rows` is a
 memory: all T rows in training, or, in the decode step, the one new row, which the device itself
 advances from token to token (generate.py).
 """
+import functools
 import math
 
 import numpy as np
@@ -417,70 +418,81 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
         z[q_i, c] = sequential_mad(ZERO, softmax[h, q_i, :n], c_attn[:n, 2 * D + c], n, ONE, False, fused)
 
 
-@cuda.jit
-def tf_attn(c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide):
-    """The body of tf.c's loop over heads and queries, for (head h, query q) a block (block
-    h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one launch, every value
-    computed as those kernels compute it (the threads own keys, then staged_softmax, then the
-    threads own outputs). The query, the keys and then the values are copied into shared memory a
-    chunk of rows at a time, the copies of a chunk in flight together (reading its own key row
-    from global memory, each thread waited on load after load, at 32 cache lines a warp load). The
-    values' first chunk flies during the softmax. `wide` (launch.attn: d_k and the rows' starts
-    multiples of 4 floats) copies 16 bytes at a time and reads the keys 4 steps at a time.
-    The passes launch it for many rows; the decode step's one row goes to the three kernels,
-    which spread its keys and outputs over more threads."""
-    h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
-    t = cuda.threadIdx.x
-    D = softmax.shape[0] * d_k
-    ld = np.uint64(c_attn.shape[1])
-    c = np.uint64(h * d_k)
-    n_k = q_i + 1
-    row = softmax[h, q_i]
-    p = cuda.shared.array(ATTN_T_MAX, np.float32)  # the scores, their exps, the probabilities
-    part = cuda.shared.array(ATTN_THREADS, np.float32)
-    kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # the query and keys, later values
-    zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums
+@functools.cache
+def tf_attn(d_k, wide):
+    """The body of tf.c's loop over heads and queries, for heads of d_k and (head h, query q) a
+    block (block h * n + q - rows[0]): tf_attn_scores, tf_attn_softmax and tf_attn_z in one
+    launch, every value computed as those kernels compute it (the threads own keys, then
+    staged_softmax, then the threads own outputs). The query, the keys and then the values are
+    copied into shared memory a chunk of rows at a time, the copies of a chunk in flight together
+    (reading its own key row from global memory, each thread waited on load after load, at 32
+    cache lines a warp load). The values' first chunk flies during the softmax. `wide`
+    (launch.attn: d_k and the rows' starts multiples of 4 floats) copies 16 bytes at a time and
+    reads the keys 4 steps at a time. The passes launch it for many rows; the decode step's one
+    row goes to the three kernels, which spread its keys and outputs over more threads.
+
+    Built for one d_k (a kernel per head width, cached): the staged rows' stride and the chunks'
+    lengths are then constants, and every shared load an address plus a constant offset. With them
+    as arguments, index arithmetic was most of the kernel's 3,210 instructions a warp, its
+    dependent chains the most frequent stall (docs/results/2026-12-02-h200-warp/ncu_stalls_before.txt)."""
     # a staged row: 16-byte aligned when wide, which puts 8 consecutive keys' vectors in distinct
     # banks at GPT-2's 64; else odd at even d_k, so that a warp's scalar key loads do not collide
     S = d_k + 4 if wide else d_k + 1
-    keys = min(ATTN_CHUNK_ROWS, ATTN_KV // S - 1)
-    values = min(ATTN_CHUNK_ROWS, ATTN_KV // S)
-    stage_rows(c_attn, kv, np.uint64(0), q_i, 1, ld, c, S, d_k, t, wide)
-    for k0 in range(0, n_k, keys):
-        rn = min(keys, n_k - k0)
-        stage_rows(c_attn, kv, np.uint64(S), k0, rn, ld, np.uint64(D) + c, S, d_k, t, wide)
-        commit()
-        wait_all()
-        cuda.syncthreads()
-        for k in range(t, rn, ATTN_THREADS):
-            k_row = np.uint64((k + 1) * S)
-            if wide:
-                dot = vector_dot(ZERO, kv, np.uint64(0), kv, k_row, d_k, fused)
-            else:
-                dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, k_row, U1, d_k, fused)
-            p[k0 + k] = mul(dot, rsqrt_d_k)
-        cuda.syncthreads()  # the chunk is read before the next is copied over it
-    v_col = np.uint64(2 * D) + c
-    stage_rows(c_attn, kv, np.uint64(0), 0, min(values, n_k), ld, v_col, S, d_k, t, wide)
-    commit()
-    staged_softmax(p, n_k, t, ATTN_THREADS, part)
-    for k in range(t, n_k, ATTN_THREADS):
-        row[k] = p[k]
-    for d in range(t, d_k, ATTN_THREADS):
-        zs[d] = ZERO
-    for v0 in range(0, n_k, values):
-        rn = min(values, n_k - v0)
-        wait_all()
-        cuda.syncthreads()
-        for d in range(t, d_k, ATTN_THREADS):
-            zs[d] = staged_dot(zs[d], p, np.uint64(v0), U1, kv, np.uint64(d), np.uint64(S), rn, fused)
-        if v0 + values < n_k:
-            cuda.syncthreads()  # the chunk is read before the next is copied over it
-            stage_rows(c_attn, kv, np.uint64(0), v0 + values, min(values, n_k - v0 - values), ld, v_col, S, d_k, t,
-                       wide)
+    KEYS = min(ATTN_CHUNK_ROWS, ATTN_KV // S - 1)  # key rows a chunk, after the query's
+    VALUES = min(ATTN_CHUNK_ROWS, ATTN_KV // S)
+    S_U = np.uint64(S)
+
+    def kernel(c_attn, softmax, z, rows, n, rsqrt_d_k, fused):
+        h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
+        t = cuda.threadIdx.x
+        D = softmax.shape[0] * d_k
+        ld = np.uint64(c_attn.shape[1])
+        c = np.uint64(h * d_k)
+        n_k = q_i + 1
+        row = softmax[h, q_i]
+        p = cuda.shared.array(ATTN_T_MAX, np.float32)  # the scores, their exps, the probabilities
+        part = cuda.shared.array(ATTN_THREADS, np.float32)
+        kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # the query and keys, later values
+        zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums
+        stage_rows(c_attn, kv, np.uint64(0), q_i, 1, ld, c, S, d_k, t, wide)
+        for k0 in range(0, n_k, KEYS):
+            rn = min(KEYS, n_k - k0)
+            stage_rows(c_attn, kv, S_U, k0, rn, ld, np.uint64(D) + c, S, d_k, t, wide)
             commit()
-    for d in range(t, d_k, ATTN_THREADS):
-        z[q_i, c + np.uint64(d)] = zs[d]
+            wait_all()
+            cuda.syncthreads()
+            for k in range(t, rn, ATTN_THREADS):
+                k_row = np.uint64(k + 1) * S_U
+                if wide:
+                    dot = vector_dot(ZERO, kv, np.uint64(0), kv, k_row, d_k, fused)
+                else:
+                    dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, k_row, U1, d_k, fused)
+                p[k0 + k] = mul(dot, rsqrt_d_k)
+            cuda.syncthreads()  # the chunk is read before the next is copied over it
+        v_col = np.uint64(2 * D) + c
+        stage_rows(c_attn, kv, np.uint64(0), 0, min(VALUES, n_k), ld, v_col, S, d_k, t, wide)
+        commit()
+        staged_softmax(p, n_k, t, ATTN_THREADS, part)
+        for k in range(t, n_k, ATTN_THREADS):
+            row[k] = p[k]
+        for d in range(t, d_k, ATTN_THREADS):
+            zs[d] = ZERO
+        for v0 in range(0, n_k, VALUES):
+            rn = min(VALUES, n_k - v0)
+            wait_all()
+            cuda.syncthreads()
+            for d in range(t, d_k, ATTN_THREADS):
+                zs[d] = staged_dot(zs[d], p, np.uint64(v0), U1, kv, np.uint64(d), S_U, rn, fused)
+            if v0 + VALUES < n_k:
+                cuda.syncthreads()  # the chunk is read before the next is copied over it
+                stage_rows(c_attn, kv, np.uint64(0), v0 + VALUES, min(VALUES, n_k - v0 - VALUES), ld, v_col, S,
+                           d_k, t, wide)
+                commit()
+        for d in range(t, d_k, ATTN_THREADS):
+            z[q_i, c + np.uint64(d)] = zs[d]
+
+    kernel.__name__ = kernel.__qualname__ = "tf_attn"  # the C loop's
+    return cuda.jit(kernel)
 
 
 @cuda.jit(device=True)

@@ -65,7 +65,7 @@ def attn(c_attn, softmax, z, rows, n, T, d_k, rsqrt_d_k, fused):
     H = softmax.shape[0]
     if n > 1:
         wide = d_k % 4 == 0 and c_attn.shape[1] % 4 == 0 and address(c_attn) % 16 == 0
-        blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide)
+        blocks(K.tf_attn(d_k, wide), H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, rsqrt_d_k, fused)
         return
     elementwise(K.tf_attn_scores, H * n * T, c_attn, softmax, rows, n, T, d_k, rsqrt_d_k, fused)
     blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, softmax, rows, n)

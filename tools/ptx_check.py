@@ -103,7 +103,7 @@ KERNELS = [
     ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B, F2, F2, B),
      tf_kernels.LN_BACK_THREADS, None, False),
     # the passes' fused attention
-    ("tf_attn", tf_kernels.tf_attn, (F2, F3, F2, L1, I64, I64, F32, B, B), tf_kernels.ATTN_THREADS, None, False),
+    ("tf_attn", tf_kernels.tf_attn(64, True), (F2, F3, F2, L1, I64, F32, B), tf_kernels.ATTN_THREADS, None, False),
     ("tf_attn_back_row", tf_kernels.tf_attn_back_row, (F2, F2, F3, F3, I64, I64, B), tf_kernels.ATTN_THREADS, None,
      False),
     # the backward's last kernel: its groups of samples must stay in registers

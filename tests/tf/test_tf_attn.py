@@ -25,7 +25,7 @@ def attention(T, H, d_k, first, fused, fast, wide=False):
     rows = cuda.to_device(np.array([first, T], dtype=np.int64))
     n, rsqrt_d_k = T - first, np.float32(1.0) / np.sqrt(np.float32(d_k))
     if fast:
-        launch.blocks(K.tf_attn, H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, d_k, rsqrt_d_k, fused, wide)
+        launch.blocks(K.tf_attn(d_k, wide), H * n, K.ATTN_THREADS, 0, c_attn, softmax, z, rows, n, rsqrt_d_k, fused)
     else:
         launch.elementwise(K.tf_attn_scores, H * n * T, c_attn, softmax, rows, n, T, d_k, rsqrt_d_k, fused)
         launch.blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, softmax, rows, n)
