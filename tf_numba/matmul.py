@@ -274,21 +274,14 @@ def build(name, tile, fused, wa, wb, epilogue=None):
 
         if inside and NT % PER_ROW == 0:
             # A thread's copies then lie STRIDE staged rows apart, in the source and in the
-            # buffer. The kernel works out where its first copy of chunk 0 starts once (`first`)
-            # and moves it a chunk at a time (`src` carried from chunk to chunk, which the
-            # compiler cannot recompute inside the loop), so a chunk costs an add a copy.
+            # buffer: the first one's addresses, then one add each (no index arithmetic a copy).
             STRIDE = NT // PER_ROW
 
             @cuda.jit(device=True)
-            def first(o0, ld, t):
-                """This thread's first copy of chunk 0: its offset in x, its offset in a slot."""
+            def issue_rows(x, s0, S, o0, o_end, ld, t, buf, base):
                 row, col = t // U(PER_ROW), t % U(PER_ROW) * U(W)
-                return row * ld + o0 + col if by_s else (o0 + row) * ld + col, row * U(ROW_LEN) + col
-
-            @cuda.jit(device=True)
-            def issue_rows(x, s0, S, o0, o_end, ld, t, buf, base, src, dst):
-                """src, dst: this thread's first copy of the chunk at s0, into its slot (first's,
-                moved along s and to the slot)."""
+                src = (s0 + row) * ld + o0 + col if by_s else (o0 + row) * ld + s0 + col
+                dst = base + row * U(ROW_LEN) + col
                 step = U(STRIDE) * ld
                 for r in range(COPIES):
                     if EXACT or t + U(r * NT) < U(RUNS):
@@ -296,11 +289,10 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                     src += step
                     dst += U(STRIDE * ROW_LEN)
 
-            return issue_rows, first
+            return issue_rows
 
         @cuda.jit(device=True)
-        def issue(x, s0, S, o0, o_end, ld, t, buf, base, src, dst):
-            """The checked copies (src and dst unused)."""
+        def issue(x, s0, S, o0, o_end, ld, t, buf, base):
             for r in range(COPIES):
                 q = t + U(r * NT)
                 if EXACT or q < U(RUNS):
@@ -314,60 +306,34 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                     src = s * ld + o if by_s else o * ld + s
                     copy(buf, base + row * U(ROW_LEN) + col, x, src if n > U(0) else U(0), n)
 
-        @cuda.jit(device=True)
-        def no_first(o0, ld, t):
-            return U(0), U(0)
-
-        return issue, no_first
+        return issue
 
     def make_issue_both(full, inside=False):
-        """Both operands' copies of a chunk; and `firsts`, where this thread's first copies of
-        chunk 0 start (make_issue's `first`, where the inside copies use it)."""
-        issue_a, first_a = make_issue(a_trans, BM, A_ROW, wa, full, inside)
-        issue_b, first_b = make_issue(not b_by_output, BN, B_ROW, wb, full, inside)
+        issue_a = make_issue(a_trans, BM, A_ROW, wa, full, inside)
+        issue_b = make_issue(not b_by_output, BN, B_ROW, wb, full, inside)
 
         @cuda.jit(device=True)
-        def issue(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot, at):
-            issue_a(a, s0, S, i0, i_end, lda, t, sa, slot * U(A_SIZE), at[0], at[1])
-            issue_b(b, s0, S, j0, N, ldb, t, sb, slot * U(B_SIZE), at[2], at[3])
+        def issue(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot):
+            issue_a(a, s0, S, i0, i_end, lda, t, sa, slot * U(A_SIZE))
+            issue_b(b, s0, S, j0, N, ldb, t, sb, slot * U(B_SIZE))
 
-        @cuda.jit(device=True)
-        def firsts(i0, j0, lda, ldb, t):
-            src_a, dst_a = first_a(i0, lda, t)
-            src_b, dst_b = first_b(j0, ldb, t)
-            return src_a, dst_a, src_b, dst_b
+        return issue
 
-        return issue, firsts
-
-    (issue_inside, firsts), (issue_full, _), (issue_edge, _) = \
-        make_issue_both(True, True), make_issue_both(True), make_issue_both(False)
+    issue_inside, issue_full, issue_edge = make_issue_both(True, True), make_issue_both(True), make_issue_both(False)
 
     @cuda.jit(device=True)
-    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, inside, at):
+    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, inside):
         """Chunk c's copies into slot c % ST, and the group closed (empty past the last chunk, so
-        that every thread counts the same groups). `at`: firsts' offsets moved to chunk c and its
-        slot (carried from chunk to chunk by `next_chunk`)."""
+        that every thread counts the same groups)."""
         if c < n_chunks:
             s0 = c * U(BK)
-            slot = c % U(ST)
             if s0 + U(BK) <= S and inside:
-                issue_inside(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot, at)
+                issue_inside(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
             elif s0 + U(BK) <= S:
-                issue_full(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot, at)
+                issue_full(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
             else:
-                issue_edge(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot, at)
+                issue_edge(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
         commit()
-
-    @cuda.jit(device=True)
-    def next_chunk(c, at, lda, ldb):
-        """firsts' offsets, at chunk c, moved to chunk c + 1: a chunk along s in the source, the
-        next slot in the buffers (back to the first after the last)."""
-        src_a = at[0] + (U(BK) * lda if a_trans else U(BK))
-        src_b = at[2] + (U(BK) if b_by_output else U(BK) * ldb)
-        last = c % U(ST) == U(ST - 1)
-        dst_a = at[1] - U((ST - 1) * A_SIZE) if last else at[1] + U(A_SIZE)
-        dst_b = at[3] - U((ST - 1) * B_SIZE) if last else at[3] + U(B_SIZE)
-        return src_a, dst_a, src_b, dst_b
 
     @cuda.jit(device=True)
     def terms(av, bv, k, acc, scale):
@@ -452,10 +418,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         lda, ldb = U(a.shape[1]), U(b.shape[1])
         n_chunks = (Su + U(BK - 1)) // U(BK)
         inside = i0u + U(BM) <= i_endu and j0u + U(BN) <= Nu  # no copy of this block's passes an edge of o
-        at = firsts(i0u, j0u, lda, ldb, tu)  # where this thread's copies of the next chunk go
         for c in range(ST - 1):
-            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside, at)
-            at = next_chunk(U(c), at, lda, ldb)
+            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
         for m in range(TM):  # the starts load while the first chunks fly
             for n in range(TN):
                 j = j0 + tx * TN + n
@@ -464,8 +428,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         while c < n_chunks:
             wait_staged()  # this thread's copies of chunk c have landed
             cuda.syncthreads()  # everyone's have; and everyone has summed chunk c - 1, whose slot is next
-            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside, at)
-            at = next_chunk(c + U(ST - 1), at, lda, ldb)
+            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
             ab, bb = (c % U(ST)) * U(A_SIZE), (c % U(ST)) * U(B_SIZE)
             if (c + U(1)) * U(BK) <= Su:  # a whole chunk: every load is base + constant
                 full_chunk(sa, sb, ab, bb, tx, ty, av, bv, acc, scale)
