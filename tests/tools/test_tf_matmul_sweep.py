@@ -24,6 +24,8 @@ def sweep(*args):
     (["--out", "{tmp}"], 1, "it is a folder"),
     (["--kinds", "tf_fc,tf_bogus"], 2, "unknown kind 'tf_bogus'"),
     (["--jobs", "0"], 2, "must be a positive integer"),
+    (["--tiles", "2x2/4x8"], 2, "bad tile '2x2/4x8'"),  # a label short of its fields
+    (["--tiles", "t_wide,2x2/4x8/64/four/q"], 2, "bad tile '2x2/4x8/64/four/q'"),
 ])
 def test_bad_options_are_one_line_before_the_sweep(tmp_path, args, code, words):
     (tmp_path / "file").write_text("user file")
