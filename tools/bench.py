@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_peers  # noqa: E402  (stdlib and numpy only: torch is imported where it is timed)
+from cudakit.gpu import quiet  # noqa: E402
 from logcompare import compare_runs  # noqa: E402
 from microgpt_numba.cli import ENGINES  # noqa: E402
 from ncu_summary import read as read_ncu  # noqa: E402
@@ -450,6 +451,7 @@ def main(argv=None):
             what = "it is a file, not a folder" if args.out.exists() else exc.strerror or exc
             print(f"bench: cannot make the --out folder {args.out} ({what}); pick another --out", file=sys.stderr)
             return 1
+    quiet()  # the ports' small grids are deliberate: no occupancy warnings in the logs
     out_dir = args.out or Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
     command = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
     status = 0

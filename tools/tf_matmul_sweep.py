@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from numba import cuda  # noqa: E402
 
 from cudakit import sharedmem  # noqa: E402
+from cudakit.gpu import quiet  # noqa: E402
 from cudakit.sharedmem import opt_in  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
@@ -210,6 +211,7 @@ _gpu_lock = None  # the pool's workers compile side by side, and time one at a t
 def _init_worker(lock):
     global _gpu_lock
     _gpu_lock = lock
+    quiet()  # small grids are what the sweep times: no occupancy warnings
 
 
 def time_tile(job):
@@ -319,6 +321,7 @@ def main(argv=None):
     if problem:  # before the sweep, not after it
         print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
         return 1
+    quiet()
     fused = is_fused(args.fp_model)
     table = sweep_rows(fused) if args.row else sweep_tiles(fused, args.jobs, args.kinds, args.tiles)
     if args.out:
