@@ -60,9 +60,16 @@ else:
     LN_THREADS, LN_BACK_THREADS, ARGMAX_THREADS = 1024, 128, 1024
     SOFTMAX_CHUNK = ordered.WINDOW  # exps staged in shared memory for the ordered sum (32 KiB)
 SOFTMAX_THREADS, SOFTMAX_GROUPS = ordered.THREADS, ordered.GROUPS  # the unembedding softmax's block: the ordered sum's
-# the softmax kernels' registers capped so that a block of SOFTMAX_THREADS launches (ptxas would take
-# 209 a thread); the simulator takes no such option
-SOFTMAX_OPTIONS = {} if config.ENABLE_CUDASIM else {"max_registers": min(255, 65536 // SOFTMAX_THREADS)}
+
+
+def softmax_options(threads):
+    """The softmax kernels' compile options for a block of `threads`: registers capped so that the
+    block always launches (ptxas, sm_90, uncapped: tf_unembedding_softmax took 209 a thread with
+    runs of 32 terms, 90 with the runs of 16 it has now); the simulator takes no such option."""
+    return {} if config.ENABLE_CUDASIM else {"max_registers": min(255, 65536 // threads)}
+
+
+SOFTMAX_OPTIONS = softmax_options(SOFTMAX_THREADS)
 # tf_unembedding_softmax_chain's two exp buffers, and the threads [0, CHAIN_WARP) that leave the
 # exps to the others (thread 0 adds)
 CHAIN_CHUNK, CHAIN_WARP = (32, 1) if config.ENABLE_CUDASIM else (4096, 32)
@@ -433,8 +440,10 @@ def tf_attn(d_k, wide):
 
     Built for one d_k (a kernel per head width, cached): the staged rows' stride and the chunks'
     lengths are then constants, and every shared load an address plus a constant offset. With them
-    as arguments, index arithmetic was most of the kernel's 3,210 instructions a warp, its
-    dependent chains the most frequent stall (docs/results/2026-12-02-h200-warp/ncu_stalls_before.txt)."""
+    as arguments the kernel issued 3,210 instructions a warp, and waiting on fixed-latency results
+    (its index arithmetic among them) was its largest stall
+    (docs/results/2026-12-02-h200-warp/ncu_stalls_before.txt); built so, it has 80 registers
+    against 124 and a third fewer SASS instructions."""
     # a staged row: 16-byte aligned when wide, which puts 8 consecutive keys' vectors in distinct
     # banks at GPT-2's 64; else odd at even d_k, so that a warp's scalar key loads do not collide
     S = d_k + 4 if wide else d_k + 1

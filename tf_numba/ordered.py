@@ -37,12 +37,19 @@ UNITS = I((1 << 30) - 1)  # a packed term's q
 
 if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier
     THREADS, PER, GROUPS, HEAD = 8, 2, 2, 3
-else:  # the fastest of 8 geometries (tools/experiments/softmax_probe.py, docs/results/2026-12-02-h200-warp):
+else:  # the fastest of 9 geometries timed (tools/experiments/softmax_probe.py, docs/results/2026-12-02-h200-warp):
     # 120.8 us for 64 rows of normal logits, against 147.4 with 256 threads, runs of 32, 16 groups
     THREADS, PER, GROUPS, HEAD = 512, 16, 32, 2048
-GROUP = THREADS // GROUPS  # the threads whose maps one thread of the scan composes
-WINDOW = THREADS * PER  # the terms a round of the scan covers
-assert GROUP * GROUPS == THREADS
+
+
+def layout(threads, per, groups):
+    """(GROUP, WINDOW) of a block of `threads`, runs of `per` terms, `groups` scan groups: the
+    threads whose maps one thread of the scan composes, and the terms a round of the scan covers."""
+    assert threads % groups == 0, "the scan's groups split the block evenly"
+    return threads // groups, threads * per
+
+
+GROUP, WINDOW = layout(THREADS, PER, GROUPS)
 
 
 # Numba widens 32-bit integer arithmetic to 64 bits; each result cast back to int32 lets the GPU

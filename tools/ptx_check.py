@@ -104,6 +104,9 @@ KERNELS = [
      tf_kernels.LN_BACK_THREADS, None, False),
     # the passes' fused attention
     ("tf_attn", tf_kernels.tf_attn(64, True), (F2, F3, F2, L1, I64, F32, B), tf_kernels.ATTN_THREADS, None, False),
+    # a head whose rows are not 16-byte aligned: the scalar copies and key reads
+    ("tf_attn narrow", tf_kernels.tf_attn(64, False), (F2, F3, F2, L1, I64, F32, B), tf_kernels.ATTN_THREADS, None,
+     False),
     ("tf_attn_back_row", tf_kernels.tf_attn_back_row, (F2, F2, F3, F3, I64, I64, B), tf_kernels.ATTN_THREADS, None,
      False),
     # the backward's last kernel: its groups of samples must stay in registers

@@ -30,10 +30,10 @@ def geometry(text):
     kernels rebuilt with as many registers as a block of THREADS may hold."""
     threads, per, groups, head = map(int, text.split("/"))
     ordered.THREADS, ordered.PER, ordered.GROUPS, ordered.HEAD = threads, per, groups, head
-    ordered.GROUP, ordered.WINDOW = threads // groups, threads * per
-    K.SOFTMAX_THREADS, K.SOFTMAX_GROUPS, K.SOFTMAX_CHUNK = threads, groups, threads * per
-    regs = min(255, 65536 // threads)
-    return [cuda.jit(max_registers=regs)(k.py_func) for k in (K.tf_unembedding_softmax, K.tf_unembedding_softmax_chain)]
+    ordered.GROUP, ordered.WINDOW = ordered.layout(threads, per, groups)
+    K.SOFTMAX_THREADS, K.SOFTMAX_GROUPS, K.SOFTMAX_CHUNK = threads, groups, ordered.WINDOW
+    options = K.softmax_options(threads)
+    return [cuda.jit(**options)(k.py_func) for k in (K.tf_unembedding_softmax, K.tf_unembedding_softmax_chain)]
 
 
 def main():
