@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from fractions import Fraction
 
@@ -64,8 +65,10 @@ def test_mad_profiles():
 @simulator_only
 def test_simulator_shared_array_is_one_per_block(monkeypatch):
     """Every thread of a block gets the one static shared array even when the interpreter switches
-    threads while the first ones declare it (forced: np.empty sleeps). Under the same schedule the
-    simulator's own, unlocked lookup gives some threads arrays of their own, so the check can fail."""
+    threads while the first ones declare it (forced: np.empty sleeps). With two threads held inside
+    the simulator's own, unlocked lookup at once (the first to create the array waits for a second),
+    some threads get arrays of their own, so the check can fail. A sleep alone did not always
+    bring a second thread in under a loaded CI run."""
     from numba.cuda.simulator.kernelapi import FakeCUDAShared
 
     @cuda.jit
@@ -88,6 +91,26 @@ def test_simulator_shared_array_is_one_per_block(monkeypatch):
 
     monkeypatch.setattr(np, "empty", slow_empty)
     assert wrong_reads() == 0
+
+    second, calls, count = threading.Event(), [0], threading.Lock()
+
+    def racing_empty(shape, *args, **kwargs):
+        """The block's array (64 int32): the first thread to create it waits, at most 5 s, until a
+        second comes in to create its own; filled with -1, which no thread writes."""
+        if shape != 64:
+            return empty(shape, *args, **kwargs)
+        with count:
+            calls[0] += 1
+            first = calls[0] == 1
+        if first:
+            second.wait(5)
+        else:
+            second.set()
+        a = empty(shape, *args, **kwargs)
+        a.fill(-1)
+        return a
+
+    monkeypatch.setattr(np, "empty", racing_empty)
     monkeypatch.setattr(FakeCUDAShared, "array", FakeCUDAShared.array.unlocked)
     assert wrong_reads() > 0
 
