@@ -294,20 +294,14 @@ def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
 
 
 @cuda.jit
-def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add):
-    """tf_ln_back. Blocks [0, T) take one sample each: the block stages dL/din_norm and in_norm
-    in shared memory, the first and the last thread (different warps, so the two chains run
-    side by side) form the two partial sums in order, every thread writes input gradients.
-    The blocks after them own weight and bias gradients (sums over samples i ascending), one
-    feature per thread. With `add`, each input gradient also goes into the tf_add that tf.c
-    runs next: extra = res + it."""
+def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_din, fused, res, extra, add):
+    """tf_ln_back's input gradients, block i for sample i: the block stages dL/din_norm and
+    in_norm in shared memory, the first and the last thread (different warps, so the two chains
+    run side by side) form the two partial sums in order, every thread writes input gradients.
+    With `add`, each input gradient also goes into the tf_add that tf.c runs next: extra = res +
+    it. The weight and bias gradients are tf_ln_back_parameters'."""
     t = cuda.threadIdx.x
     D = inp.shape[1]
-    if cuda.blockIdx.x >= T:
-        k = (cuda.blockIdx.x - T) * LN_BACK_THREADS + t
-        if k < D:
-            ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused)
-        return
     i = cuda.blockIdx.x
     r, m = r_std[i], mean[i]
     staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
@@ -332,25 +326,28 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
             extra[i, k] = res[i, k] + v
 
 
-@cuda.jit(device=True)
-def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, k, fused):
-    """Feature k's weight and bias gradients, sums over samples i ascending from the zeroed
-    gradient; the loads of UNROLL samples go out together ahead of their steps."""
+@cuda.jit
+def tf_ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, fused):
+    """tf_ln_back's weight and bias gradients, one feature a thread: sums over samples i
+    ascending from the zeroed gradient, the loads of UNROLL samples out together ahead of their
+    steps. Nothing later in the pass reads them, so a recorded pass runs them on a branch: inside
+    tf_ln_back's launch, these 64-step chains of loads were its longest blocks."""
     dout = cuda.local.array(UNROLL, np.float32)
     in_norm = cuda.local.array(UNROLL, np.float32)
-    dw = ZERO
-    db = ZERO
-    for i0 in range(0, T, UNROLL):
-        for u in range(UNROLL):
-            if i0 + u < T:
-                dout[u] = dL_dout[i0 + u, k]
-                in_norm[u] = mul(inp[i0 + u, k] - mean[i0 + u], r_std[i0 + u])
-        for u in range(UNROLL):
-            if i0 + u < T:
-                dw = mad(fused, dout[u], in_norm[u], dw)
-                db += dout[u]
-    dL_dweight[k] = dw
-    dL_dbias[k] = db
+    for k in range(cuda.grid(1), inp.shape[1], cuda.gridsize(1)):
+        dw = ZERO
+        db = ZERO
+        for i0 in range(0, T, UNROLL):
+            for u in range(UNROLL):
+                if i0 + u < T:
+                    dout[u] = dL_dout[i0 + u, k]
+                    in_norm[u] = mul(inp[i0 + u, k] - mean[i0 + u], r_std[i0 + u])
+            for u in range(UNROLL):
+                if i0 + u < T:
+                    dw = mad(fused, dout[u], in_norm[u], dw)
+                    db += dout[u]
+        dL_dweight[k] = dw
+        dL_dbias[k] = db
 
 
 @cuda.jit
@@ -425,6 +422,48 @@ def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
         z[q_i, c] = sequential_mad(ZERO, softmax[h, q_i, :n], c_attn[:n, 2 * D + c], n, ONE, False, fused)
 
 
+def staged_row_geometry(d_k, wide):
+    """(S, KEYS, VALUES) of tf_attn's staging buffer for heads of d_k: a staged row's stride, 16
+    bytes aligned when wide, which puts 8 consecutive rows' vectors in distinct banks at GPT-2's
+    64, else odd at even d_k, so that a warp's scalar loads down a column do not collide; the rows
+    a chunk holds after the one row staged first; the rows a chunk holds alone."""
+    S = d_k + 4 if wide else d_k + 1
+    return S, min(ATTN_CHUNK_ROWS, ATTN_KV // S - 1), min(ATTN_CHUNK_ROWS, ATTN_KV // S)
+
+
+@functools.cache
+def staged_dots(d_k, wide):
+    """A device function, for heads of d_k: out[r] = x[x_row, x_col:x_col + d_k] . y[r, y_col:y_col
+    + d_k] for r < n, each dot over d ascending from 0 (times `scale` when `scaled`, rounded
+    after the dot), by the block's ATTN_THREADS threads, a row each. The row of x, then a chunk of
+    y's rows at a time, are copied into kv (shared memory: ATTN_KV floats) with their copies in
+    flight together, and read there 4 steps at a time when wide (stage_rows). Ends with a barrier
+    after its last read of kv."""
+    S, KEYS, _ = staged_row_geometry(d_k, wide)
+    S_U = np.uint64(S)
+
+    @cuda.jit(device=True)
+    def dots(x, x_row, x_col, y, n, y_col, scale, scaled, out, kv, t, fused):
+        stage_rows(x, kv, np.uint64(0), x_row, 1, np.uint64(x.shape[1]), x_col, S, d_k, t, wide)
+        ld = np.uint64(y.shape[1])
+        for k0 in range(0, n, KEYS):
+            rn = min(KEYS, n - k0)
+            stage_rows(y, kv, S_U, k0, rn, ld, y_col, S, d_k, t, wide)
+            commit()
+            wait_all()
+            cuda.syncthreads()
+            for k in range(t, rn, ATTN_THREADS):
+                y_at = np.uint64(k + 1) * S_U
+                if wide:
+                    dot = vector_dot(ZERO, kv, np.uint64(0), kv, y_at, d_k, fused)
+                else:
+                    dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, y_at, U1, d_k, fused)
+                out[k0 + k] = mul(dot, scale) if scaled else dot
+            cuda.syncthreads()  # the chunk is read before the next is copied over it
+
+    return dots
+
+
 @functools.cache
 def tf_attn(d_k, wide):
     """The body of tf.c's loop over heads and queries, for heads of d_k and (head h, query q) a
@@ -444,12 +483,9 @@ def tf_attn(d_k, wide):
     (its index arithmetic among them) was its largest stall
     (docs/results/2026-12-02-h200-warp/ncu_stalls_before.txt); built so, it has 80 registers
     against 124 and a third fewer SASS instructions."""
-    # a staged row: 16-byte aligned when wide, which puts 8 consecutive keys' vectors in distinct
-    # banks at GPT-2's 64; else odd at even d_k, so that a warp's scalar key loads do not collide
-    S = d_k + 4 if wide else d_k + 1
-    KEYS = min(ATTN_CHUNK_ROWS, ATTN_KV // S - 1)  # key rows a chunk, after the query's
-    VALUES = min(ATTN_CHUNK_ROWS, ATTN_KV // S)
+    S, _, VALUES = staged_row_geometry(d_k, wide)
     S_U = np.uint64(S)
+    scores = staged_dots(d_k, wide)
 
     def kernel(c_attn, softmax, z, rows, n, rsqrt_d_k, fused):
         h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
@@ -463,21 +499,7 @@ def tf_attn(d_k, wide):
         part = cuda.shared.array(ATTN_THREADS, np.float32)
         kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # the query and keys, later values
         zs = cuda.shared.array(LN_D_MAX, np.float32)  # z's partial sums
-        stage_rows(c_attn, kv, np.uint64(0), q_i, 1, ld, c, S, d_k, t, wide)
-        for k0 in range(0, n_k, KEYS):
-            rn = min(KEYS, n_k - k0)
-            stage_rows(c_attn, kv, S_U, k0, rn, ld, np.uint64(D) + c, S, d_k, t, wide)
-            commit()
-            wait_all()
-            cuda.syncthreads()
-            for k in range(t, rn, ATTN_THREADS):
-                k_row = np.uint64(k + 1) * S_U
-                if wide:
-                    dot = vector_dot(ZERO, kv, np.uint64(0), kv, k_row, d_k, fused)
-                else:
-                    dot = staged_dot(ZERO, kv, np.uint64(0), U1, kv, k_row, U1, d_k, fused)
-                p[k0 + k] = mul(dot, rsqrt_d_k)
-            cuda.syncthreads()  # the chunk is read before the next is copied over it
+        scores(c_attn, q_i, c, c_attn, n_k, np.uint64(D) + c, rsqrt_d_k, True, p, kv, t, fused)
         v_col = np.uint64(2 * D) + c
         stage_rows(c_attn, kv, np.uint64(0), 0, min(VALUES, n_k), ld, v_col, S, d_k, t, wide)
         commit()
@@ -922,24 +944,34 @@ def tf_attn_back_softmax(softmax, dL_da, T, fused):
     staged_ds(a, d, n, lane, ATTN_LANES, part, dL_da[h, i], fused)
 
 
-@cuda.jit
-def tf_attn_back_row(dL_dz, c_attn, softmax, dL_da, T, d_k, fused):
-    """The first half of tf.c's backward loop body for row (head h, query i), a block each (block
-    h * T + i): tf_attn_back_dot and tf_attn_back_softmax in one launch, the row kept in shared
-    memory between them, every value computed as those kernels compute it: the threads own keys
-    j <= i (their dots dL_da), one thread forms row_sum, the threads write dL_ds."""
-    h, i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
-    t = cuda.threadIdx.x
-    D = dL_da.shape[0] * d_k
-    c = h * d_k
-    n = i + 1
-    a = cuda.shared.array(ATTN_T_MAX, np.float32)
-    d = cuda.shared.array(ATTN_T_MAX, np.float32)
-    part = cuda.shared.array(1, np.float32)
-    for j in range(t, n, ATTN_THREADS):
-        a[j] = softmax[h, i, j]
-        d[j] = sequential_mad(ZERO, dL_dz[i, c:c + d_k], c_attn[j, 2 * D + c:2 * D + c + d_k], d_k, ONE, False, fused)
-    staged_ds(a, d, n, t, ATTN_THREADS, part, dL_da[h, i], fused)
+@functools.cache
+def tf_attn_back_row(d_k, wide):
+    """The first half of tf.c's backward loop body for heads of d_k and row (head h, query i), a
+    block each (block h * T + i): tf_attn_back_dot and tf_attn_back_softmax in one launch, the row
+    kept in shared memory between them, every value computed as those kernels compute it: the
+    threads own keys j <= i (their dots dL_da, staged_dots over dL_dz's row and the values, as
+    tf_attn stages its query and keys), one thread forms row_sum, the threads write dL_ds. `wide`
+    as tf_attn's (launch.attn_back_row). Reading the values from global memory, 8 loads ahead
+    (sequential_mad), it took 15.6 us a launch under ncu at T = 64."""
+    dots = staged_dots(d_k, wide)
+
+    def kernel(dL_dz, c_attn, softmax, dL_da, T, fused):
+        h, i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
+        t = cuda.threadIdx.x
+        D = dL_da.shape[0] * d_k
+        c = np.uint64(h * d_k)
+        n = i + 1
+        a = cuda.shared.array(ATTN_T_MAX, np.float32)
+        d = cuda.shared.array(ATTN_T_MAX, np.float32)
+        part = cuda.shared.array(1, np.float32)
+        kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)  # dL_dz's row and the values
+        for j in range(t, n, ATTN_THREADS):
+            a[j] = softmax[h, i, j]
+        dots(dL_dz, i, c, c_attn, n, np.uint64(2 * D) + c, ONE, False, d, kv, t, fused)
+        staged_ds(a, d, n, t, ATTN_THREADS, part, dL_da[h, i], fused)
+
+    kernel.__name__ = kernel.__qualname__ = "tf_attn_back_row"
+    return cuda.jit(kernel)
 
 
 @cuda.jit

@@ -47,15 +47,12 @@ def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):
     blocks(K.tf_ln, n, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, rows, fused)
 
 
-def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res=None, extra=None):
-    """tf_ln_back over T samples, a block each, then the blocks of the parameter gradients. With
-    `extra`, the tf_add that tf.c runs next (extra = res + dL_din) as each input gradient is
-    stored."""
-    D = inp.shape[1]
+def ln_back(weight, inp, r_std, mean, dL_dout, dL_din, T, fused, res=None, extra=None):
+    """tf_ln_back's input gradients over T samples, a block each. With `extra`, the tf_add that
+    tf.c runs next (extra = res + dL_din) as each input gradient is stored."""
     add = extra is not None
     res, extra = (res, extra) if add else (dL_din, dL_din)
-    blocks(K.tf_ln_back, T + -(-D // K.LN_BACK_THREADS), K.LN_BACK_THREADS, 0,
-           weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add)
+    blocks(K.tf_ln_back, T, K.LN_BACK_THREADS, 0, weight, inp, r_std, mean, dL_dout, dL_din, fused, res, extra, add)
 
 
 def attn(c_attn, softmax, z, rows, n, T, d_k, rsqrt_d_k, fused):
@@ -70,6 +67,14 @@ def attn(c_attn, softmax, z, rows, n, T, d_k, rsqrt_d_k, fused):
     elementwise(K.tf_attn_scores, H * n * T, c_attn, softmax, rows, n, T, d_k, rsqrt_d_k, fused)
     blocks(K.tf_attn_softmax, H * n, K.ATTN_LANES, 0, softmax, rows, n)
     elementwise(K.tf_attn_z, n * H * d_k, c_attn, softmax, z, rows, n, d_k, fused)
+
+
+def attn_back_row(dL_dz, c_attn, softmax, dL_da, T, d_k, fused):
+    """tf_attn_back_row, a block per head and row; 16-byte copies where every row of a head starts
+    16 bytes aligned, in dL_dz and in c_attn."""
+    wide = d_k % 4 == 0 and all(x.shape[1] % 4 == 0 and address(x) % 16 == 0 for x in (dL_dz, c_attn))
+    blocks(K.tf_attn_back_row(d_k, wide), softmax.shape[0] * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_da, T,
+           fused)
 
 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):

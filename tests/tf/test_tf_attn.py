@@ -33,15 +33,16 @@ def attention(T, H, d_k, first, fused, fast, wide=False):
     return [a.copy_to_host().view(np.uint32) for a in (softmax, z)]
 
 
-def attention_back(T, H, d_k, fused, fast):
-    """dL_ds of every row, by tf_attn_back_row (fast) or tf_attn_back_dot and tf_attn_back_softmax."""
+def attention_back(T, H, d_k, fused, fast, wide=False):
+    """dL_ds of every row, by tf_attn_back_row (fast; its 16-byte copies and 4-step reads if wide)
+    or tf_attn_back_dot and tf_attn_back_softmax."""
     rng = np.random.default_rng(T * H + d_k + 1)
     dL_dz = cuda.to_device(rng.standard_normal((T, H * d_k), dtype=np.float32))
     c_attn = cuda.to_device(rng.standard_normal((T, 3 * H * d_k), dtype=np.float32))
     softmax = cuda.to_device(rng.random((H, T, T), dtype=np.float32))
     dL_da = cuda.to_device(rng.standard_normal((H, T, T), dtype=np.float32))
     if fast:
-        launch.blocks(K.tf_attn_back_row, H * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_da, T, d_k, fused)
+        launch.blocks(K.tf_attn_back_row(d_k, wide), H * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_da, T, fused)
     else:
         launch.elementwise(K.tf_attn_back_dot, H * T * T, dL_dz, c_attn, dL_da, T, d_k, fused)
         launch.blocks(K.tf_attn_back_softmax, H * T, K.ATTN_LANES, 0, softmax, dL_da, T, fused)
@@ -70,13 +71,15 @@ def test_tf_attn_equals_the_three_kernels_gpt2(T, wide, fused):
 
 
 @pytest.mark.parametrize("fused", FUSED)
-@pytest.mark.parametrize("T, H, d_k", [(7, 3, 5), (6, 2, 8)], ids=["odd", "even"])
-def test_tf_attn_back_row_equals_the_two_kernels(T, H, d_k, fused):
-    assert np.array_equal(attention_back(T, H, d_k, fused, True), attention_back(T, H, d_k, fused, False))
+@pytest.mark.parametrize("T, H, d_k, wide", [(7, 3, 5, False), (6, 2, 8, False), (9, 2, 8, True)],
+                         ids=["odd", "even", "wide"])
+def test_tf_attn_back_row_equals_the_two_kernels(T, H, d_k, wide, fused):
+    assert np.array_equal(attention_back(T, H, d_k, fused, True, wide), attention_back(T, H, d_k, fused, False))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fused", FUSED)
+@pytest.mark.parametrize("wide", [True, False], ids=["wide", "narrow"])
 @pytest.mark.parametrize("T", [64, 1024], ids=["T64", "T1024"])
-def test_tf_attn_back_row_equals_the_two_kernels_gpt2(T, fused):
-    assert np.array_equal(attention_back(T, 12, 64, fused, True), attention_back(T, 12, 64, fused, False))
+def test_tf_attn_back_row_equals_the_two_kernels_gpt2(T, wide, fused):
+    assert np.array_equal(attention_back(T, 12, 64, fused, True, wide), attention_back(T, 12, 64, fused, False))
