@@ -138,8 +138,8 @@ def backward(m, T, validation=NO_VALIDATION):
 
         stream.join("attn.c_attn")  # the layer above's reads b.attn.c_attn.out
         launch.attn_back_row(b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out, b.attn.softmax.out, T, d_k, fused)
-        launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
-                           b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
+        launch.attn_back_qkv(b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out, b.attn.softmax.out,
+                             b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
         validation.time("attn.z")
         if top:
             validation.sum(f"backward.{last}.attn.c_attn.out", b.attn.c_attn.out, T * 3 * D)

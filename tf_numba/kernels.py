@@ -994,6 +994,69 @@ def tf_attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_
         dL_dc_attn[row, c] = acc
 
 
+@functools.cache
+def tf_attn_back_qkv_row(d_k, wide):
+    """tf_attn_back_qkv for heads of d_k, a block per head and row r (block h * T + r): the
+    gradients of row r's query, key and value in head h, each feature's three sums computed as
+    tf_attn_back_qkv computes them, one after another. Each sum's rows (the keys j <= r, the
+    queries i >= r, dL_dz's rows i >= r) are copied into shared memory a chunk at a time with
+    their copies in flight together (stage_rows), and its other factor (a row or a column of
+    dL_ds, a column of the softmax) beside them; the threads own features. Reading them from
+    global memory, 8 loads ahead (sequential_mad), each output waited on a load a few times
+    over: 11.0 us a launch under ncu at T = 64."""
+    S, _, ROWS = staged_row_geometry(d_k, wide)
+    S_U = np.uint64(S)
+
+    @cuda.jit(device=True)
+    def column_sums(x, r0, n, col, coef, scale, scaled, out, out_col, kv, acc, t, fused):
+        """out[r, out_col + d] = the terms (see term) of coef[k] and x[r0 + k, col + d] for k < n
+        ascending, from 0, for d < d_k. coef is staged, read after the first barrier here; ends
+        with a barrier after the last read of coef and kv."""
+        for d in range(t, d_k, ATTN_THREADS):
+            acc[d] = ZERO
+        for k0 in range(0, n, ROWS):
+            rn = min(ROWS, n - k0)
+            stage_rows(x, kv, np.uint64(0), r0 + k0, rn, np.uint64(x.shape[1]), col, S, d_k, t, wide)
+            commit()
+            wait_all()
+            cuda.syncthreads()
+            for d in range(t, d_k, ATTN_THREADS):
+                total = acc[d]
+                at = np.uint64(d)
+                for k in range(rn):
+                    total = term(total, coef[k0 + k], kv[at], scale, scaled, fused)
+                    at += S_U
+                acc[d] = total
+            cuda.syncthreads()  # the chunk is read before the next is copied over it
+        for d in range(t, d_k, ATTN_THREADS):
+            out[out_col + np.uint64(d)] = acc[d]
+
+    def kernel(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, rsqrt_d_k, fused):
+        h, r = cuda.blockIdx.x // T, cuda.blockIdx.x % T
+        t = cuda.threadIdx.x
+        D = np.uint64(dL_dz.shape[1])
+        c = np.uint64(h * d_k)
+        out = dL_dc_attn[r]
+        coef = cuda.shared.array(ATTN_T_MAX, np.float32)
+        acc = cuda.shared.array(LN_D_MAX, np.float32)
+        kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)
+        # dq: over the keys j <= r, times dL_ds[h, r, j], scaled
+        for j in range(t, r + 1, ATTN_THREADS):
+            coef[j] = dL_ds[h, r, j]
+        column_sums(c_attn, 0, r + 1, D + c, coef, rsqrt_d_k, True, out, c, kv, acc, t, fused)
+        # dk: over the queries i >= r, times dL_ds[h, i, r], scaled
+        for i in range(r + t, T, ATTN_THREADS):
+            coef[i - r] = dL_ds[h, i, r]
+        column_sums(c_attn, r, T - r, c, coef, rsqrt_d_k, True, out, D + c, kv, acc, t, fused)
+        # dv: over dL_dz's rows i >= r, times softmax[h, i, r]
+        for i in range(r + t, T, ATTN_THREADS):
+            coef[i - r] = softmax[h, i, r]
+        column_sums(dL_dz, r, T - r, c, coef, ONE, False, out, D + D + c, kv, acc, t, fused)
+
+    kernel.__name__ = kernel.__qualname__ = "tf_attn_back_qkv_row"
+    return cuda.jit(kernel)
+
+
 @cuda.jit
 def tf_embedding_back(dL_dout, tokens, dL_dwte, dL_dwpe, T):
     """One thread per feature k, samples in order (a token that repeats adds in order). The loads

@@ -77,6 +77,13 @@ def attn_back_row(dL_dz, c_attn, softmax, dL_da, T, d_k, fused):
            fused)
 
 
+def attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_k, fused):
+    """tf_attn_back_qkv_row, a block per head and row; 16-byte copies as attn_back_row's."""
+    wide = d_k % 4 == 0 and all(x.shape[1] % 4 == 0 and address(x) % 16 == 0 for x in (dL_dz, c_attn))
+    blocks(K.tf_attn_back_qkv_row(d_k, wide), softmax.shape[0] * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_ds,
+           dL_dc_attn, T, rsqrt_d_k, fused)
+
+
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):
     """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
     end)); S, the sum's length, is a's row length unless given. `epilogue` is the element-wise

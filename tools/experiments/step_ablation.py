@@ -168,7 +168,8 @@ def main():
         report("no layer norms")
     attn = {"tf_attn_scores", "tf_attn_z", "tf_attn_back_qkv"}
     with patched(launch, "elementwise", skipping(launch.elementwise, attn)), \
-            patched(launch, "blocks", skipping(launch.blocks, {"tf_attn", "tf_attn_softmax", "tf_attn_back_row"})):
+            patched(launch, "blocks", skipping(launch.blocks, {"tf_attn", "tf_attn_softmax", "tf_attn_back_row",
+                                                               "tf_attn_back_qkv_row"})):
         report("no attention")
     order = weight_order(m)
     for ahead in (1, 2):
