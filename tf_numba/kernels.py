@@ -155,9 +155,10 @@ ATTN_LANES = 8 if config.ENABLE_CUDASIM else 32  # threads per attention softmax
 ATTN_THREADS = 4 if config.ENABLE_CUDASIM else 64  # threads per tf_attn block: a key and an output each at d_k 64
 ATTN_T_MAX = 1024  # the longest attention row the softmax kernels stage in shared memory
 # tf_attn's staging buffer, in floats: at GPT-2's heads (rows of 68 floats when wide) the query and
-# 61 keys, or 62 values, a chunk; at least two rows of the widest head (d_model <= LN_D_MAX). The
-# simulator stages two rows a chunk, so that its small shapes take several
-ATTN_KV = 65 * 65
+# 64 keys, or 65 values, a chunk, so that T = 64 takes one chunk of each (with 61 keys a chunk the
+# last queries, the blocks the launch waits for, took two); at least two rows of the widest head
+# (d_model <= LN_D_MAX). The simulator stages two rows a chunk, so that its small shapes take several
+ATTN_KV = 65 * 68
 ATTN_CHUNK_ROWS = 2 if config.ENABLE_CUDASIM else ATTN_T_MAX
 wait_all = wait(0)  # every copy of this thread's has landed
 copy1, copy4 = copy_async(1), copy_async(4)  # 4 or 16 bytes, global to shared memory
