@@ -38,16 +38,6 @@ def fc_back(m, name, weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, epil
         launch.elementwise(M.tf_fc_back_dbias, dL_dbias.shape[0], dL_dout, dL_dbias, T)
 
 
-def ln_back(m, name, weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, res=None, extra=None):
-    """tf_ln_back: the weight and bias gradients on the branch `name`, which reads dL_dout, and
-    the input gradients (with the residual tf_add as their epilogue, launch.ln_back's) on the
-    main chain."""
-    with stream.beside(name):
-        launch.elementwise(K.tf_ln_back_parameters, inp.shape[1], inp, r_std, mean, dL_dout, dL_dweight, dL_dbias,
-                           T, m.fused)
-    launch.ln_back(weight, inp, r_std, mean, dL_dout, dL_din, T, m.fused, res, extra)
-
-
 def unembedding_back(m, wte, ln_f, dL_dout, dL_dwte, dL_din, T):
     """The unembedding backward: two independent sets of sums over dL/dlogits, whose rows may be
     longer than d_vocab (the arena pads them; only d_vocab steps are summed). The wte gradient
@@ -80,8 +70,8 @@ def backward(m, T, validation=NO_VALIDATION):
     validation.sum("backward.unembedding.wte", g.wte.weight, V * D)
     validation.sum("backward.ln_f.out", b.ln_f.out, T * D)
 
-    ln_back(m, "ln_f", p.ln_f.weight, a.h[L - 1].res_2.out, a.ln_f.r_std, a.ln_f.mean, b.ln_f.out, g.ln_f.weight,
-            g.ln_f.bias, b.res_2.out, T)
+    launch.ln_back(p.ln_f.weight, a.h[L - 1].res_2.out, a.ln_f.r_std, a.ln_f.mean, b.ln_f.out,
+                   g.ln_f.weight, g.ln_f.bias, b.res_2.out, T, fused)
     validation.time("ln_f")
     validation.sum("backward.ln_f.weight", g.ln_f.weight, D)
     validation.sum("backward.ln_f.bias", g.ln_f.bias, D)
@@ -107,7 +97,6 @@ def backward(m, T, validation=NO_VALIDATION):
         if top:
             validation.sum(f"backward.{last}.mlp.c_fc.out", b.mlp.c_fc.out, T * 4 * D)
 
-        stream.join("ln_2")  # the layer above's ln_2 parameters read b.ln_2.out
         fc_back(m, "mlp.c_fc", w.mlp.c_fc.weight, x.ln_2.out, b.mlp.c_fc.out, gw.mlp.c_fc.weight, gw.mlp.c_fc.bias,
                 b.ln_2.out, T)
         validation.time("mlp.c_fc")
@@ -117,8 +106,8 @@ def backward(m, T, validation=NO_VALIDATION):
             validation.sum(f"backward.{last}.ln_2.out", b.ln_2.out, T * D)
 
         stream.join("attn.c_proj")  # the layer above's reads b.res_1.out
-        ln_back(m, "ln_2", w.ln_2.weight, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, b.ln_2.out, gw.ln_2.weight,
-                gw.ln_2.bias, b.res_2.in_2, T, res=b.res_2.out, extra=b.res_1.out)
+        launch.ln_back(w.ln_2.weight, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, b.ln_2.out,
+                       gw.ln_2.weight, gw.ln_2.bias, b.res_2.in_2, T, fused, res=b.res_2.out, extra=b.res_1.out)
         validation.time("ln_2")
         if top:
             validation.sum(f"backward.{last}.ln_2.weight", gw.ln_2.weight, D)
@@ -138,13 +127,12 @@ def backward(m, T, validation=NO_VALIDATION):
 
         stream.join("attn.c_attn")  # the layer above's reads b.attn.c_attn.out
         launch.attn_back_row(b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out, b.attn.softmax.out, T, d_k, fused)
-        launch.attn_back_qkv(b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out, b.attn.softmax.out,
-                             b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
+        launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, b.attn.z.out, x.attn.c_attn.out, x.attn.softmax.out,
+                           b.attn.softmax.out, b.attn.c_attn.out, T, d_k, m.rsqrt_d_k, fused)
         validation.time("attn.z")
         if top:
             validation.sum(f"backward.{last}.attn.c_attn.out", b.attn.c_attn.out, T * 3 * D)
 
-        stream.join("ln_1")  # the layer above's ln_1 parameters read b.ln_1.out
         fc_back(m, "attn.c_attn", w.attn.c_attn.weight, x.ln_1.out, b.attn.c_attn.out, gw.attn.c_attn.weight,
                 gw.attn.c_attn.bias, b.ln_1.out, T)
         validation.time("attn.c_attn")
@@ -155,8 +143,8 @@ def backward(m, T, validation=NO_VALIDATION):
 
         below = b.embedding.out if layer_i == 0 else b.res_2.out
         stream.join("mlp.c_proj")  # this layer's reads b.res_2.out
-        ln_back(m, "ln_1", w.ln_1.weight, layer_in, x.ln_1.r_std, x.ln_1.mean, b.ln_1.out, gw.ln_1.weight,
-                gw.ln_1.bias, b.res_1.in_2, T, res=b.res_1.out, extra=below)
+        launch.ln_back(w.ln_1.weight, layer_in, x.ln_1.r_std, x.ln_1.mean, b.ln_1.out,
+                       gw.ln_1.weight, gw.ln_1.bias, b.res_1.in_2, T, fused, res=b.res_1.out, extra=below)
         validation.time("ln_1")
         if top:
             validation.sum(f"backward.{last}.ln_1.weight", gw.ln_1.weight, D)

@@ -295,17 +295,21 @@ def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
 
 
 @cuda.jit
-def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_din, fused, res, extra, add):
-    """tf_ln_back's input gradients, block i for sample i: the block stages dL/din_norm and
-    in_norm in shared memory, the first and the last thread (different warps, so the two chains
-    run side by side) form the two partial sums in order, every thread writes input gradients.
-    With `add`, each input gradient also goes into the tf_add that tf.c runs next: extra = res +
-    it. The weight and bias gradients are tf_ln_back_parameters'."""
+def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add):
+    """tf_ln_back. Blocks [0, T) take one sample each: the block stages dL/din_norm and in_norm
+    in shared memory, the first and the last thread (different warps, so the two chains run
+    side by side) form the two partial sums in order, every thread writes input gradients.
+    The blocks after them own the weight and bias gradients (ln_back_parameters). With `add`,
+    each input gradient also goes into the tf_add that tf.c runs next: extra = res + it."""
     t = cuda.threadIdx.x
     D = inp.shape[1]
+    staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
+    if cuda.blockIdx.x >= T:
+        ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, fused, staged, t,
+                           cuda.blockIdx.x - T)
+        return
     i = cuda.blockIdx.x
     r, m = r_std[i], mean[i]
-    staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
     partial = cuda.shared.array(2, np.float32)
     for k in range(t, D, LN_BACK_THREADS):
         staged[k] = mul(dL_dout[i, k], weight[k])
@@ -327,28 +331,62 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_din, fused, res, extra, add
             extra[i, k] = res[i, k] + v
 
 
-@cuda.jit
-def tf_ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, fused):
-    """tf_ln_back's weight and bias gradients, one feature a thread: sums over samples i
-    ascending from the zeroed gradient, the loads of UNROLL samples out together ahead of their
-    steps. Nothing later in the pass reads them, so a recorded pass runs them on a branch: inside
-    tf_ln_back's launch, these 64-step chains of loads were its longest blocks."""
-    dout = cuda.local.array(UNROLL, np.float32)
-    in_norm = cuda.local.array(UNROLL, np.float32)
-    for k in range(cuda.grid(1), inp.shape[1], cuda.gridsize(1)):
-        dw = ZERO
-        db = ZERO
-        for i0 in range(0, T, UNROLL):
-            for u in range(UNROLL):
-                if i0 + u < T:
-                    dout[u] = dL_dout[i0 + u, k]
-                    in_norm[u] = mul(inp[i0 + u, k] - mean[i0 + u], r_std[i0 + u])
-            for u in range(UNROLL):
-                if i0 + u < T:
-                    dw = mad(fused, dout[u], in_norm[u], dw)
-                    db += dout[u]
-        dL_dweight[k] = dw
-        dL_dbias[k] = db
+# tf_ln_back's parameter blocks: LN_BACK_FEATURES features a block, whose threads load
+# LN_BACK_SAMPLES samples of them at a time in LN_BACK_GROUPS interleaved groups, each thread's
+# loads in flight together, into two tiles of `staged`; then one group adds the weight
+# gradients' chains from the tiles, and another the bias gradients'. The simulator stages few
+# samples at a time, so that its small shapes take several rounds
+LN_BACK_GROUPS = 2 if config.ENABLE_CUDASIM else 4
+LN_BACK_FEATURES = LN_BACK_THREADS // LN_BACK_GROUPS
+LN_BACK_SAMPLES = 4 if config.ENABLE_CUDASIM else LN_STAGED // (2 * LN_BACK_FEATURES)
+LN_BACK_LOADS = LN_BACK_SAMPLES // LN_BACK_GROUPS  # samples a thread loads at a time
+assert 2 * LN_BACK_SAMPLES * LN_BACK_FEATURES <= LN_STAGED and LN_BACK_GROUPS >= 2
+
+
+def ln_back_parameter_blocks(D):
+    """The parameter blocks tf_ln_back's launch adds after its T sample blocks."""
+    return -(-D // LN_BACK_FEATURES)
+
+
+@cuda.jit(device=True)
+def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, fused, staged, t, block):
+    """Block `block`'s features' weight and bias gradients: sums over samples i ascending from
+    the zeroed gradient, of dL_dout * in_norm and of dL_dout. A thread a feature with UNROLL
+    loads in flight waited on memory eight times in a 64-sample sum, and these blocks made
+    tf_ln_back 17.7 us under ncu, where its sample blocks take 10.2."""
+    D = inp.shape[1]
+    f, g = t % LN_BACK_FEATURES, t // LN_BACK_FEATURES
+    k = block * LN_BACK_FEATURES + f
+    TILE = LN_BACK_SAMPLES * LN_BACK_FEATURES  # where the in_norm tile starts
+    dout = cuda.local.array(LN_BACK_LOADS, np.float32)
+    x = cuda.local.array(LN_BACK_LOADS, np.float32)
+    dw = ZERO
+    db = ZERO
+    for i0 in range(0, T, LN_BACK_SAMPLES):
+        if k < D:
+            for u in range(LN_BACK_LOADS):
+                i = i0 + g + u * LN_BACK_GROUPS
+                if i < T:
+                    dout[u] = dL_dout[i, k]
+                    x[u] = mul(inp[i, k] - mean[i], r_std[i])
+            for u in range(LN_BACK_LOADS):
+                s = (g + u * LN_BACK_GROUPS) * LN_BACK_FEATURES + f
+                staged[s] = dout[u]
+                staged[TILE + s] = x[u]
+        cuda.syncthreads()
+        if k < D and g < 2:
+            for s in range(min(LN_BACK_SAMPLES, T - i0)):
+                at = s * LN_BACK_FEATURES + f
+                if g == 0:
+                    dw = mad(fused, staged[at], staged[TILE + at], dw)
+                else:
+                    db += staged[at]
+        cuda.syncthreads()  # the tiles are read before the next samples are staged over them
+    if k < D:
+        if g == 0:
+            dL_dweight[k] = dw
+        elif g == 1:
+            dL_dbias[k] = db
 
 
 @cuda.jit
@@ -993,69 +1031,6 @@ def tf_attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_
         else:
             acc = sequential_mad(ZERO, dL_dz[row:T, cd], softmax[h, row:T, row], T - row, ONE, False, fused)
         dL_dc_attn[row, c] = acc
-
-
-@functools.cache
-def tf_attn_back_qkv_row(d_k, wide):
-    """tf_attn_back_qkv for heads of d_k, a block per head and row r (block h * T + r): the
-    gradients of row r's query, key and value in head h, each feature's three sums computed as
-    tf_attn_back_qkv computes them, one after another. Each sum's rows (the keys j <= r, the
-    queries i >= r, dL_dz's rows i >= r) are copied into shared memory a chunk at a time with
-    their copies in flight together (stage_rows), and its other factor (a row or a column of
-    dL_ds, a column of the softmax) beside them; the threads own features. Reading them from
-    global memory, 8 loads ahead (sequential_mad), each output waited on a load a few times
-    over: 11.0 us a launch under ncu at T = 64."""
-    S, _, ROWS = staged_row_geometry(d_k, wide)
-    S_U = np.uint64(S)
-
-    @cuda.jit(device=True)
-    def column_sums(x, r0, n, col, coef, scale, scaled, out, out_col, kv, acc, t, fused):
-        """out[r, out_col + d] = the terms (see term) of coef[k] and x[r0 + k, col + d] for k < n
-        ascending, from 0, for d < d_k. coef is staged, read after the first barrier here; ends
-        with a barrier after the last read of coef and kv."""
-        for d in range(t, d_k, ATTN_THREADS):
-            acc[d] = ZERO
-        for k0 in range(0, n, ROWS):
-            rn = min(ROWS, n - k0)
-            stage_rows(x, kv, np.uint64(0), r0 + k0, rn, np.uint64(x.shape[1]), col, S, d_k, t, wide)
-            commit()
-            wait_all()
-            cuda.syncthreads()
-            for d in range(t, d_k, ATTN_THREADS):
-                total = acc[d]
-                at = np.uint64(d)
-                for k in range(rn):
-                    total = term(total, coef[k0 + k], kv[at], scale, scaled, fused)
-                    at += S_U
-                acc[d] = total
-            cuda.syncthreads()  # the chunk is read before the next is copied over it
-        for d in range(t, d_k, ATTN_THREADS):
-            out[out_col + np.uint64(d)] = acc[d]
-
-    def kernel(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, rsqrt_d_k, fused):
-        h, r = cuda.blockIdx.x // T, cuda.blockIdx.x % T
-        t = cuda.threadIdx.x
-        D = np.uint64(dL_dz.shape[1])
-        c = np.uint64(h * d_k)
-        out = dL_dc_attn[r]
-        coef = cuda.shared.array(ATTN_T_MAX, np.float32)
-        acc = cuda.shared.array(LN_D_MAX, np.float32)
-        kv = cuda.shared.array(ATTN_KV, np.float32, alignment=SHARED_ALIGN)
-        # dq: over the keys j <= r, times dL_ds[h, r, j], scaled
-        for j in range(t, r + 1, ATTN_THREADS):
-            coef[j] = dL_ds[h, r, j]
-        column_sums(c_attn, 0, r + 1, D + c, coef, rsqrt_d_k, True, out, c, kv, acc, t, fused)
-        # dk: over the queries i >= r, times dL_ds[h, i, r], scaled
-        for i in range(r + t, T, ATTN_THREADS):
-            coef[i - r] = dL_ds[h, i, r]
-        column_sums(c_attn, r, T - r, c, coef, rsqrt_d_k, True, out, D + c, kv, acc, t, fused)
-        # dv: over dL_dz's rows i >= r, times softmax[h, i, r]
-        for i in range(r + t, T, ATTN_THREADS):
-            coef[i - r] = softmax[h, i, r]
-        column_sums(dL_dz, r, T - r, c, coef, ONE, False, out, D + D + c, kv, acc, t, fused)
-
-    kernel.__name__ = kernel.__qualname__ = "tf_attn_back_qkv_row"
-    return cuda.jit(kernel)
 
 
 @cuda.jit

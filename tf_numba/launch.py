@@ -47,12 +47,14 @@ def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):
     blocks(K.tf_ln, n, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, rows, fused)
 
 
-def ln_back(weight, inp, r_std, mean, dL_dout, dL_din, T, fused, res=None, extra=None):
-    """tf_ln_back's input gradients over T samples, a block each. With `extra`, the tf_add that
-    tf.c runs next (extra = res + dL_din) as each input gradient is stored."""
+def ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res=None, extra=None):
+    """tf_ln_back over T samples, a block each, then the blocks of the parameter gradients. With
+    `extra`, the tf_add that tf.c runs next (extra = res + dL_din) as each input gradient is
+    stored."""
     add = extra is not None
     res, extra = (res, extra) if add else (dL_din, dL_din)
-    blocks(K.tf_ln_back, T, K.LN_BACK_THREADS, 0, weight, inp, r_std, mean, dL_dout, dL_din, fused, res, extra, add)
+    blocks(K.tf_ln_back, T + K.ln_back_parameter_blocks(inp.shape[1]), K.LN_BACK_THREADS, 0,
+           weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res, extra, add)
 
 
 def attn(c_attn, softmax, z, rows, n, T, d_k, rsqrt_d_k, fused):
@@ -75,13 +77,6 @@ def attn_back_row(dL_dz, c_attn, softmax, dL_da, T, d_k, fused):
     wide = d_k % 4 == 0 and all(x.shape[1] % 4 == 0 and address(x) % 16 == 0 for x in (dL_dz, c_attn))
     blocks(K.tf_attn_back_row(d_k, wide), softmax.shape[0] * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_da, T,
            fused)
-
-
-def attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_k, fused):
-    """tf_attn_back_qkv_row, a block per head and row; 16-byte copies as attn_back_row's."""
-    wide = d_k % 4 == 0 and all(x.shape[1] % 4 == 0 and address(x) % 16 == 0 for x in (dL_dz, c_attn))
-    blocks(K.tf_attn_back_qkv_row(d_k, wide), softmax.shape[0] * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_ds,
-           dL_dc_attn, T, rsqrt_d_k, fused)
 
 
 def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):

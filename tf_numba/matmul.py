@@ -45,7 +45,7 @@ from cudakit.asynccopy import commit, copy_async, wait
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
-from .kernels import U, U1, UNROLL, gelu, gelu_back, staged_dot
+from .kernels import U, U1, gelu, gelu_back, staged_dot
 
 f32 = np.float32
 ZERO = f32(0.0)
@@ -541,16 +541,9 @@ def build_row(name, tile, fused, s_max, epilogue=None):
 @cuda.jit
 def tf_fc_back_dbias(dL_dout, dL_dbias, T):
     """tf_fc_back's `*dL_dbias += *dL_dout` from the zeroed gradient, samples i ascending, one
-    thread per bias; the loads of UNROLL samples go out together ahead of their adds (one at a
-    time, each add waited on its load: 10.5 us a launch under ncu at 64 samples)."""
-    got = cuda.local.array(UNROLL, np.float32)
+    thread per bias."""
     for u in range(cuda.grid(1), dL_dbias.shape[0], cuda.gridsize(1)):
         acc = ZERO
-        for i0 in range(0, T, UNROLL):
-            for v in range(UNROLL):
-                if i0 + v < T:
-                    got[v] = dL_dout[i0 + v, u]
-            for v in range(UNROLL):
-                if i0 + v < T:
-                    acc += got[v]
+        for i in range(T):
+            acc += dL_dout[i, u]
         dL_dbias[u] = acc

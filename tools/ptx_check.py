@@ -100,9 +100,8 @@ KERNELS = [
     ("tf_unembedding_softmax_chain", tf_kernels.tf_unembedding_softmax_chain, (F2, L1), tf_kernels.SOFTMAX_THREADS,
      tf_kernels.SOFTMAX_OPTIONS.get("max_registers"), False),
     ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, L1, B), tf_kernels.LN_THREADS, None, False),
-    ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F2, B, F2, F2, B), tf_kernels.LN_BACK_THREADS, None,
-     False),
-    ("tf_ln_back_parameters", tf_kernels.tf_ln_back_parameters, (F2, F1, F1, F2, F1, F1, I64, B), BLOCK, None, False),
+    ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B, F2, F2, B),
+     tf_kernels.LN_BACK_THREADS, None, False),
     # the passes' fused attention
     ("tf_attn", tf_kernels.tf_attn(64, True), (F2, F3, F2, L1, I64, F32, B), tf_kernels.ATTN_THREADS, None, False),
     # a head whose rows are not 16-byte aligned: the scalar copies and key reads
@@ -110,8 +109,6 @@ KERNELS = [
      False),
     ("tf_attn_back_row", tf_kernels.tf_attn_back_row(64, True), (F2, F2, F3, F3, I64, B), tf_kernels.ATTN_THREADS,
      None, False),
-    ("tf_attn_back_qkv_row", tf_kernels.tf_attn_back_qkv_row(64, True), (F2, F2, F3, F3, F2, I64, F32, B),
-     tf_kernels.ATTN_THREADS, None, False),
     # the backward's last kernel: its groups of samples must stay in registers
     ("tf_embedding_back", tf_kernels.tf_embedding_back, (F2, U1, F2, F2, I64), BLOCK, None, True),
     # the forward kernels that take their rows from device memory (generation's decode step)

@@ -1,8 +1,7 @@
 """The fused attention kernels against the kernels they replace in the passes, bit for bit:
 tf_attn (the body of tf.c's attention loop, a block per head and query) against tf_attn_scores,
 tf_attn_softmax and tf_attn_z (the softmax rows, also the keys past each query, which neither
-writes, and z); tf_attn_back_row against tf_attn_back_dot and tf_attn_back_softmax (dL_ds);
-tf_attn_back_qkv_row against tf_attn_back_qkv (dL/d(q, k, v)).
+writes, and z); tf_attn_back_row against tf_attn_back_dot and tf_attn_back_softmax (dL_ds).
 
 In the simulator the shapes are small and odd (heads of 5 and of 8 features, more keys and
 features than tf_attn's threads); on a GPU they are GPT-2's at T = 64 and at its longest row."""
@@ -85,37 +84,3 @@ def test_tf_attn_back_row_equals_the_two_kernels(T, H, d_k, wide, fused):
 def test_tf_attn_back_row_equals_the_two_kernels_gpt2(T, wide, fused):
     assert np.array_equal(attention_back(T, 12, 64, fused, True, wide), attention_back(T, 12, 64, fused, False))
 
-
-def attention_back_qkv(T, H, d_k, fused, fast, wide=False):
-    """dL/dc_attn, by tf_attn_back_qkv_row (fast; its 16-byte copies if wide) or tf_attn_back_qkv."""
-    rng = np.random.default_rng(T * H + d_k + 2)
-    D = H * d_k
-    dL_dz = cuda.to_device(rng.standard_normal((T, D), dtype=np.float32))
-    c_attn = cuda.to_device(rng.standard_normal((T, 3 * D), dtype=np.float32))
-    softmax = cuda.to_device(rng.random((H, T, T), dtype=np.float32))
-    dL_ds = cuda.to_device(rng.standard_normal((H, T, T), dtype=np.float32))
-    dL_dc_attn = cuda.to_device(np.full((T, 3 * D), np.nan, dtype=np.float32))
-    rsqrt_d_k = np.float32(1.0) / np.sqrt(np.float32(d_k))
-    if fast:
-        launch.blocks(K.tf_attn_back_qkv_row(d_k, wide), H * T, K.ATTN_THREADS, 0, dL_dz, c_attn, softmax, dL_ds,
-                      dL_dc_attn, T, rsqrt_d_k, fused)
-    else:
-        launch.elementwise(K.tf_attn_back_qkv, T * 3 * D, dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_k,
-                           fused)
-    return dL_dc_attn.copy_to_host().view(np.uint32)
-
-
-@pytest.mark.parametrize("fused", FUSED)
-@pytest.mark.parametrize("T, H, d_k, wide", [(7, 3, 5, False), (6, 2, 8, False), (9, 2, 8, True)],
-                         ids=["odd", "even", "wide"])
-def test_tf_attn_back_qkv_row_equals_tf_attn_back_qkv(T, H, d_k, wide, fused):
-    assert np.array_equal(attention_back_qkv(T, H, d_k, fused, True, wide), attention_back_qkv(T, H, d_k, fused, False))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("fused", FUSED)
-@pytest.mark.parametrize("wide", [True, False], ids=["wide", "narrow"])
-@pytest.mark.parametrize("T", [64, 1024], ids=["T64", "T1024"])
-def test_tf_attn_back_qkv_row_equals_tf_attn_back_qkv_gpt2(T, wide, fused):
-    assert np.array_equal(attention_back_qkv(T, 12, 64, fused, True, wide),
-                          attention_back_qkv(T, 12, 64, fused, False))

@@ -16,17 +16,18 @@ def ln_back(T, D, fused, epilogue):
     weight, r_std = (cuda.to_device(rng.standard_normal(n, dtype=np.float32)) for n in (D, T))
     mean = cuda.to_device(rng.standard_normal(T, dtype=np.float32))
     inp, dL_dout, res = (cuda.to_device(rng.standard_normal((T, D), dtype=np.float32)) for _ in range(3))
+    dL_dweight, dL_dbias = cuda.device_array(D, np.float32), cuda.device_array(D, np.float32)
     dL_din, extra = cuda.device_array((T, D), np.float32), cuda.device_array((T, D), np.float32)
     if epilogue:
-        launch.ln_back(weight, inp, r_std, mean, dL_dout, dL_din, T, fused, res=res, extra=extra)
+        launch.ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused, res=res, extra=extra)
     else:
-        launch.ln_back(weight, inp, r_std, mean, dL_dout, dL_din, T, fused)
+        launch.ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused)
         launch.elementwise(K.tf_add, T * D, res, dL_din, extra, cuda.to_device(np.array([0, T], np.int64)), T)
-    return [a.copy_to_host().view(np.uint32) for a in (dL_din, extra)]
+    return [a.copy_to_host().view(np.uint32) for a in (dL_dweight, dL_dbias, dL_din, extra)]
 
 
 def check(T, D, fused):
-    for name, got, want in zip(("dL_din", "extra"), ln_back(T, D, fused, True),
+    for name, got, want in zip(("dL_dweight", "dL_dbias", "dL_din", "extra"), ln_back(T, D, fused, True),
                                ln_back(T, D, fused, False)):
         assert np.array_equal(got, want), name
 

@@ -163,13 +163,11 @@ def main():
         report("no tf_unembedding_softmax")
     with patched(K, "tf_unembedding_softmax", K.tf_unembedding_softmax_chain):
         report("softmax by tf.c's chain (the reference)")
-    with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None), \
-            patched(launch, "elementwise", skipping(launch.elementwise, {"tf_ln_back_parameters"})):
+    with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None):
         report("no layer norms")
     attn = {"tf_attn_scores", "tf_attn_z", "tf_attn_back_qkv"}
     with patched(launch, "elementwise", skipping(launch.elementwise, attn)), \
-            patched(launch, "blocks", skipping(launch.blocks, {"tf_attn", "tf_attn_softmax", "tf_attn_back_row",
-                                                               "tf_attn_back_qkv_row"})):
+            patched(launch, "blocks", skipping(launch.blocks, {"tf_attn", "tf_attn_softmax", "tf_attn_back_row"})):
         report("no attention")
     order = weight_order(m)
     for ahead in (1, 2):
