@@ -83,4 +83,3 @@ def test_tf_attn_back_row_equals_the_two_kernels(T, H, d_k, wide, fused):
 @pytest.mark.parametrize("T", [64, 1024], ids=["T64", "T1024"])
 def test_tf_attn_back_row_equals_the_two_kernels_gpt2(T, wide, fused):
     assert np.array_equal(attention_back(T, 12, 64, fused, True, wide), attention_back(T, 12, 64, fused, False))
-
