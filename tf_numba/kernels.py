@@ -249,48 +249,61 @@ def staged_sum(total, x, x0, n):
     return total
 
 
+@cuda.jit(device=True)
+def staged_squared_differences(total, x, m, n, fused):
+    """total + (x[k] - m) * (x[k] - m) for k < n ascending (mad: fused or not), as staged_dot:
+    tf_ln's variance, each difference rounded on its own as tf.c's `diff` is."""
+    k = np.uint64(0)
+    n = np.uint64(n)
+    while k + STAGED_UNROLL <= n:
+        for u in range(STAGED_UNROLL):
+            d = x[k + np.uint64(u)] - m
+            total = mad(fused, d, d, total)
+        k += STAGED_UNROLL
+    while k < n:
+        d = x[k] - m
+        total = mad(fused, d, d, total)
+        k += U1
+    return total
+
+
 @cuda.jit
 def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
     """Layer norm, one block per sample from rows[0]: the block stages the row in shared memory,
-    one thread sums it in tf.c's order (mean, then squared differences), every thread writes
-    outputs. Each thread loads its features' weights and biases at the start, so that their
-    latency hides behind the two sums."""
+    one thread sums it in tf.c's order (the mean, then the squared differences, each difference
+    taken as its term is added), every thread writes outputs from its own differences. Each
+    thread loads its features, weights and biases at the start, so that their latency hides
+    behind the two sums."""
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     D = inp.shape[1]
-    row = cuda.shared.array(LN_STAGED, np.float32)  # D values, then the D differences
+    row = cuda.shared.array(LN_D_MAX, np.float32)
     stats = cuda.shared.array(2, np.float32)
+    x = cuda.local.array(LN_PER_THREAD, np.float32)
     w = cuda.local.array(LN_PER_THREAD, np.float32)
     b = cuda.local.array(LN_PER_THREAD, np.float32)
     for r in range(LN_PER_THREAD):
         k = t + r * LN_THREADS
         if k < D:
-            row[k] = inp[i, k]
+            x[r] = inp[i, k]
+            row[k] = x[r]
             w[r] = weight[k]
             b[r] = bias[k]
     cuda.syncthreads()
     if t == 0:
-        stats[0] = staged_sum(ZERO, row, np.uint64(0), D) / f32(D)
-    cuda.syncthreads()
-    m = stats[0]
-    for r in range(LN_PER_THREAD):
-        k = t + r * LN_THREADS
-        if k < D:
-            row[D + k] = row[k] - m
-    cuda.syncthreads()
-    if t == 0:
-        diff = np.uint64(D)
-        variance = staged_dot(ZERO, row, diff, U1, row, diff, U1, D, fused) / f32(D)
+        m = staged_sum(ZERO, row, np.uint64(0), D) / f32(D)
+        variance = staged_squared_differences(ZERO, row, m, D, fused) / f32(D)
         r_s = ONE / sqrtf(variance + EPS)
+        stats[0] = m
         stats[1] = r_s
         mean[i] = m
         r_std[i] = r_s
     cuda.syncthreads()
-    r_s = stats[1]
+    m, r_s = stats[0], stats[1]
     for r in range(LN_PER_THREAD):
         k = t + r * LN_THREADS
         if k < D:
-            n = mul(row[D + k], r_s)
+            n = mul(x[r] - m, r_s)
             out[i, k] = mad(fused, n, w[r], b[r])
 
 
