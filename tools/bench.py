@@ -260,9 +260,10 @@ def bench_tf(args, out_dir, save):
         r = result["runs"][fp_model] = time_tf(m, data, fixture)
         r["gpu_memory_mib"] = round((free_before - cuda.current_context().get_memory_info()[0]) / 2**20)
         save(result)
-        r["generate"] = time_generation(m, oracle["prompt"], oracle["generate"], oracle["tokens"])
-        r["generate_long"] = time_generation(m, long_prompt, GENERATE)
-        save(result)
+        if not args.training_only:
+            r["generate"] = time_generation(m, oracle["prompt"], oracle["generate"], oracle["tokens"])
+            r["generate_long"] = time_generation(m, long_prompt, GENERATE)
+            save(result)
         del m
     try:
         import torch
@@ -428,6 +429,8 @@ def parse_args(argv):
     parser.add_argument("--repeat", type=positive_int, default=3, help="microgpt: runs per timing, the median is kept")
     parser.add_argument("--peers", default=",".join(PEER_PARTS),
                         help="tf: the PyTorch parts to time, comma-separated (default: %(default)s)")
+    parser.add_argument("--training-only", action="store_true",
+                        help="tf: time the forward and forward + backward only, not generation")
     parser.add_argument("--engines", nargs="+", default=["default"], choices=ENGINE_NAMES, metavar="ENGINE",
                         help=f"microgpt: engines to time, of {', '.join(ENGINE_NAMES)} ('default' passes no --engine)")
     args = parser.parse_args(argv)
