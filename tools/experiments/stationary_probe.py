@@ -8,7 +8,7 @@ The weight-stationary lead of docs/tf.md, tried on the H200 (2026-12-02, fma): e
 tf_fc's bits and every one was slower, 2.7-12x (c_attn 47.6 us at best against the tiled 17.8,
 attn.c_proj 41.0 against 10.2, c_fc 77.0 against 19.3, mlp.c_proj 102.5 against 31.6): at T = 64
 the pipeline's fill (stages - 1 ticks of a block's 32-55) and a barrier a tick cost more than the
-shared loads of B it saves. See docs/results/2026-12-02-h200-stationary.
+shared loads of B it saves. See docs/results/2026-12-02-h200-ln.
 """
 import argparse
 import functools
