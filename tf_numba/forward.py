@@ -24,21 +24,12 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     validation.time("embedding")
     validation.sum("forward.embedding", a.embedding.out, T * D)
 
-    def layer_norm(ln, x):  # a layer norm's parameters and activations, as launch.matmul takes them
-        return ln.weight, ln.bias, x.out, x.mean, x.r_std, m.ln_counters
-
-    first_ln = p.h[0].ln_1
-    launch.ln(first_ln.weight, first_ln.bias, a.embedding.out, a.h[0].ln_1.r_std, a.h[0].ln_1.mean,
-              a.h[0].ln_1.out, rows, n, fused)
     for layer_i in range(cfg.n_layers):
         w, x = p.h[layer_i], a.h[layer_i]
         first = layer_i == 0
         layer_in = a.embedding.out if first else a.h[layer_i - 1].res_2.out
-        last_layer = layer_i == cfg.n_layers - 1
-        # the layer norm after this layer's residual sum: the next layer's ln_1, or ln_f
-        next_ln = layer_norm(p.ln_f, a.ln_f) if last_layer else layer_norm(p.h[layer_i + 1].ln_1, a.h[layer_i + 1].ln_1)
 
-        # ln_1 ran after the residual add before it (launch.matmul's layer_norm), or above
+        launch.ln(w.ln_1.weight, w.ln_1.bias, layer_in, x.ln_1.r_std, x.ln_1.mean, x.ln_1.out, rows, n, fused)
         validation.time("ln_1")
         if first:
             validation.sum("forward.h0.ln_1", x.ln_1.out, T * D)
@@ -53,13 +44,15 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         if first:
             validation.sum("forward.h0.attn.z", x.attn.z.out, T * D)
 
-        # each product's next statements (tf_add, then tf_ln; tf_gelu) run in its launch (launch.matmul)
+        # each product's next statement (tf_add, tf_gelu) runs as its epilogue (launch.matmul)
         launch.matmul("tf_fc", x.attn.z.out, w.attn.c_proj.weight, w.attn.c_proj.bias, x.attn.c_proj.out, rows, n,
-                      fused, epilogue="add", res=layer_in, extra=x.res_1.out, layer_norm=layer_norm(w.ln_2, x.ln_2))
+                      fused, epilogue="add", res=layer_in, extra=x.res_1.out)
         validation.time("attn.c_proj")
         if first:
             validation.sum("forward.h0.attn.c_proj", x.attn.c_proj.out, T * D)
         validation.time("res_1")
+
+        launch.ln(w.ln_2.weight, w.ln_2.bias, x.res_1.out, x.ln_2.r_std, x.ln_2.mean, x.ln_2.out, rows, n, fused)
         validation.time("ln_2")
         if first:
             validation.sum("forward.h0.ln_2", x.ln_2.out, T * D)
@@ -70,12 +63,14 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
         validation.time("mlp.gelu")
 
         launch.matmul("tf_fc", x.mlp.gelu.out, w.mlp.c_proj.weight, w.mlp.c_proj.bias, x.mlp.c_proj.out, rows, n,
-                      fused, epilogue="add", res=x.res_1.out, extra=x.res_2.out, layer_norm=next_ln)
+                      fused, epilogue="add", res=x.res_1.out, extra=x.res_2.out)
         validation.time("mlp.c_proj")
         if first:
             validation.sum("forward.h0.mlp.c_proj", x.mlp.c_proj.out, T * D)
         validation.time("res_2")
 
+    last = a.h[cfg.n_layers - 1].res_2.out
+    launch.ln(p.ln_f.weight, p.ln_f.bias, last, a.ln_f.r_std, a.ln_f.mean, a.ln_f.out, rows, n, fused)
     validation.time("ln_f")
     validation.sum("forward.ln_f", a.ln_f.out, T * D)
 

@@ -250,18 +250,18 @@ def staged_sum(total, x, x0, n):
 
 
 @cuda.jit(device=True)
-def staged_squared_differences(total, x, x0, m, n, fused):
-    """total + (x[x0 + k] - m) * (x[x0 + k] - m) for k < n ascending (mad: fused or not), as
-    staged_dot: tf_ln's variance, each difference rounded on its own as tf.c's `diff` is."""
+def staged_squared_differences(total, x, m, n, fused):
+    """total + (x[k] - m) * (x[k] - m) for k < n ascending (mad: fused or not), as staged_dot:
+    tf_ln's variance, each difference rounded on its own as tf.c's `diff` is."""
     k = np.uint64(0)
     n = np.uint64(n)
     while k + STAGED_UNROLL <= n:
         for u in range(STAGED_UNROLL):
-            d = x[x0 + k + np.uint64(u)] - m
+            d = x[k + np.uint64(u)] - m
             total = mad(fused, d, d, total)
         k += STAGED_UNROLL
     while k < n:
-        d = x[x0 + k] - m
+        d = x[k] - m
         total = mad(fused, d, d, total)
         k += U1
     return total
@@ -292,7 +292,7 @@ def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
     cuda.syncthreads()
     if t == 0:
         m = staged_sum(ZERO, row, np.uint64(0), D) / f32(D)
-        variance = staged_squared_differences(ZERO, row, np.uint64(0), m, D, fused) / f32(D)
+        variance = staged_squared_differences(ZERO, row, m, D, fused) / f32(D)
         r_s = ONE / sqrtf(variance + EPS)
         stats[0] = m
         stats[1] = r_s

@@ -79,46 +79,26 @@ def attn_back_row(dL_dz, c_attn, softmax, dL_da, T, d_k, fused):
            fused)
 
 
-def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None,
-           layer_norm=None):
+def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epilogue=None, res=None, extra=None):
     """The matmul.py kernel `name` over n_rows rows from rows[0] (rows: a device array [first,
     end)); S, the sum's length, is a's row length unless given. `epilogue` is the element-wise
     statement tf.c runs next on the outputs, which the kernel applies as it stores each one:
     "gelu" (tf_gelu(out) into extra), "add" (tf_add(res, out) into extra) or "gelu_back"
-    (tf_gelu_back(res, out) into extra). With "add", `layer_norm` (weight, bias, out, mean, r_std,
-    counters: zeros, matmul.LN_COUNTERS int32) is the tf_ln tf.c runs on extra after it: the
-    tiled kernel's last block of each row of blocks takes it (matmul.make_ln_tail) where extra's
-    rows are 16 bytes aligned and the block's buffers hold a chunk of them; elsewhere tf_ln runs
-    after the product. One row of tf_fc or of the unembedding goes to the one-row kernel."""
+    (tf_gelu_back(res, out) into extra). One row of tf_fc or of the unembedding goes to the
+    one-row kernel."""
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
     res, extra = out if res is None else res, out if extra is None else extra
-    assert layer_norm is None or epilogue == "add", "the layer norm follows a residual add"
     if n_rows == 1 and name in M.ROW_KINDS:
         s_max = M.row_s_max(S)
         tile = M.row_tile_for(out.shape[1], s_max)
         kernel = M.build_row(name, tile, fused, s_max, epilogue)
         kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
-    else:
-        tile = M.fitted(M.tile_for(name, n_rows, out.shape[1], S, fused), name)
-        grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
-        args = (a, b, start, out, rows, S, scale, res, extra)
-        if layer_norm is not None and ln_fusable(name, tile, extra, grid):
-            epilogue, args = "add_ln", args + tuple(layer_norm)
-            layer_norm = None
-        kernel = M.tiled(name, tile, fused, a, b, epilogue)
-        nbytes = M.dynamic_bytes(tile, name)  # past 48 KiB the kernel opts in first
-        opt_in(kernel, args, nbytes)
-        kernel[grid, (tile.CT, tile.RT), Target.stream, nbytes](*args)
-    if layer_norm is not None:
-        weight, bias, ln_out, mean, r_std, _ = layer_norm
-        ln(weight, bias, extra, r_std, mean, ln_out, rows, n_rows, fused)
-
-
-def ln_fusable(name, tile, extra, grid):
-    """Whether the tiled kernel can take the layer norm after it: extra's rows in 16-byte copies,
-    a staged chunk of at least 4 floats a row, a counter for each row of blocks."""
-    BM = tile.TM * tile.RT
-    buffer = min(tile.ST * s for s in M.stage_sizes(tile, name))
-    return (extra.shape[1] % 4 == 0 and address(extra) % 16 == 0 and M.ln_chunk(BM, buffer) >= 4
-            and grid[1] <= M.LN_COUNTERS)
+        return
+    tile = M.fitted(M.tile_for(name, n_rows, out.shape[1], S, fused), name)
+    grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
+    kernel = M.tiled(name, tile, fused, a, b, epilogue)
+    args = (a, b, start, out, rows, S, scale, res, extra)
+    nbytes = M.dynamic_bytes(tile, name)  # past 48 KiB the kernel opts in first
+    opt_in(kernel, args, nbytes)
+    kernel[grid, (tile.CT, tile.RT), Target.stream, nbytes](*args)

@@ -42,10 +42,10 @@ from numba import config, cuda
 from cudakit.arrays import address
 from cudakit import sharedmem
 from cudakit.asynccopy import commit, copy_async, wait
-from cudakit.devmath import mad, mul, sqrtf
+from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
-from .kernels import EPS, ONE, U, U1, gelu, gelu_back, staged_dot, staged_squared_differences, staged_sum
+from .kernels import U, U1, gelu, gelu_back, staged_dot
 
 f32 = np.float32
 ZERO = f32(0.0)
@@ -166,18 +166,13 @@ def run_width(row_len, aligned, by_s, rows):
     return 4 if aligned and row_len % 4 == 0 and (not by_s or rows % 4 == 0) else 1
 
 
-def stage_sizes(tile, name):
-    """The floats of A's and of B's part of one of build's staged chunks, rows padded by PAD."""
+def stage_bytes(tile, name):
+    """The shared memory of one of build's ST staged chunks: A's and B's, rows padded by PAD."""
     a_trans, b_by_output = KINDS[name][:2]
     BM, BN = tile.TM * tile.RT, tile.TN * tile.CT
     a = tile.BK * (BM + PAD) if a_trans else BM * (tile.BK + PAD)
     b = BN * (tile.BK + PAD) if b_by_output else tile.BK * (BN + PAD)
-    return a, b
-
-
-def stage_bytes(tile, name):
-    """The shared memory of one of build's ST staged chunks: A's and B's."""
-    return 4 * sum(stage_sizes(tile, name))
+    return 4 * (a + b)
 
 
 def fitted(tile, name):
@@ -193,15 +188,14 @@ def dynamic_bytes(tile, name):
     return n if n > SHARED_BYTES else 0
 
 
-EPILOGUES = (None, "gelu", "add", "gelu_back", "add_ln")
+EPILOGUES = (None, "gelu", "add", "gelu_back")
 
 
 @functools.cache
 def make_store(epilogue, fused):
     """out[i, j] = v, then the epilogue: the element-wise statement tf.c runs next on the output,
     "gelu" (tf_gelu of it into extra), "add" (tf_add: res + it into extra), "gelu_back"
-    (tf_gelu_back of it, the gelu's input in res, into extra), or None; "add_ln" stores as "add"
-    (build then adds the layer norm of the sums, see ln_tail)."""
+    (tf_gelu_back of it, the gelu's input in res, into extra), or None."""
     assert epilogue in EPILOGUES, epilogue
 
     @cuda.jit(device=True)
@@ -209,7 +203,7 @@ def make_store(epilogue, fused):
         out[i, j] = v
         if epilogue == "gelu":
             extra[i, j] = gelu(v)
-        elif epilogue == "add" or epilogue == "add_ln":
+        elif epilogue == "add":
             extra[i, j] = res[i, j] + v
         elif epilogue == "gelu_back":
             extra[i, j] = gelu_back(res[i, j], v, fused)
@@ -237,7 +231,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     # A: a[s, i] rows of BM outputs (a_trans), else a[i, s] rows of BK steps; B likewise.
     A_ROW = BM + PAD if a_trans else BK + PAD
     B_ROW = BK + PAD if b_by_output else BN + PAD
-    A_SIZE, B_SIZE = stage_sizes(tile, name)
+    A_SIZE = BK * A_ROW if a_trans else BM * A_ROW
+    B_SIZE = BN * B_ROW if b_by_output else BK * B_ROW
     A_BUFS, B_BUFS = ST * A_SIZE, ST * B_SIZE  # constants: shared array shapes must be literals
     assert A_BUFS % VEC == 0  # B's chunks start 16 bytes aligned after A's in dynamic shared memory
     if dynamic_bytes(tile, name):
@@ -400,12 +395,11 @@ def build(name, tile, fused, wa, wb, epilogue=None):
             bv[n * VEC] = sb[bb + U(j * B_ROW + ss)] if b_by_output else sb[bb + U(ss * B_ROW + j)]
         terms(av, bv, 0, acc, scale)
 
-    @cuda.jit(device=True)
-    def body(a, b, start, out, rows, S, scale, res, extra, sa, sb):
+    def kernel(a, b, start, out, rows, S, scale, res, extra):
         """out[i, j] for rows[0] <= i < rows[1] (device memory, so a recorded pass can move them)
         and j < out.shape[1], each a sum over 0 <= s < S (see the module's table); then the
         epilogue's extra[i, j]. ST chunks are staged at once: the copies of chunk c + ST - 1 fly
-        while chunk c is summed, in sa and sb (buffers())."""
+        while chunk c is summed."""
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         t = ty * CT + tx  # consecutive threads copy consecutive runs, whatever their outputs
         if QUAD:
@@ -415,6 +409,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
+        sa, sb = buffers()
         acc = cuda.local.array((TM, TN), np.float32)
         av = cuda.local.array(AV, np.float32)
         bv = cuda.local.array(BV, np.float32)
@@ -448,123 +443,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                 if i < i_end and j < N:
                     store(out, res, extra, i, j, mul(acc[m, n], scale) if scaled_result else acc[m, n])
 
-    if epilogue == "add_ln":
-        ln = make_ln_tail(BM, NT, min(A_BUFS, B_BUFS), fused)
-
-        def kernel(a, b, start, out, rows, S, scale, res, extra, ln_weight, ln_bias, ln_out, ln_mean, ln_r_std,
-                   counters):
-            """body, then the last block of each row of blocks takes the layer norm of its rows of extra (ln_tail)."""
-            sa, sb = buffers()
-            body(a, b, start, out, rows, S, scale, res, extra, sa, sb)
-            ln(extra, rows, ln_weight, ln_bias, ln_out, ln_mean, ln_r_std, counters, sa, sb)
-    else:
-        def kernel(a, b, start, out, rows, S, scale, res, extra):
-            sa, sb = buffers()
-            body(a, b, start, out, rows, S, scale, res, extra, sa, sb)
-
     kernel.__name__ = kernel.__qualname__ = name + ("_" + epilogue if epilogue else "")  # the C loop's name
     return cuda.jit(kernel)
-
-
-LN_COUNTERS = 1024  # rows of blocks a launch that takes a layer norm may have (d_seq <= ATTN_T_MAX rows)
-
-
-def ln_chunk(BM, buffer_floats):
-    """The floats of each of its rows ln_tail stages at a time: a multiple of 4, each row padded by
-    PAD, BM rows in each of two buffers of buffer_floats (0: too small to stage)."""
-    return max(0, (buffer_floats // BM - PAD) // VEC * VEC)
-
-
-def make_ln_tail(BM, NT, buffer_floats, fused):
-    """ln_tail for a block of NT threads over BM rows, staging in build's two shared buffers (of
-    buffer_floats floats at least)."""
-    LEN = ln_chunk(BM, buffer_floats)
-    assert LEN >= VEC, "launch.matmul fuses the layer norm only where a chunk holds 4 floats a row"
-    STRIDE = LEN + PAD
-    PER = -(-BM // NT)  # rows a thread sums
-    STATS = 2 * BM  # a literal for the shared array's shape
-    copy4 = copy_async(VEC)
-    wait_next, wait_last = wait(1), wait(0)
-
-    @cuda.jit(device=True)
-    def stage(x, buf, c, i0, nr, D, t):
-        """Columns [c * LEN, c * LEN + LEN) of rows i0 .. i0 + nr - 1 of x into buf (row r at r *
-        STRIDE), 16 bytes a copy, zeros past D; the group closed."""
-        c0 = c * LEN
-        for q in range(t, nr * (LEN // VEC), NT):
-            r, k = q // (LEN // VEC), q % (LEN // VEC) * VEC
-            inside = c0 + k < D
-            copy4(buf, U(r * STRIDE + k), x, U((i0 + r) * D + c0 + k) if inside else U(0), U(VEC) if inside else U(0))
-        commit()
-
-    @cuda.jit(device=True)
-    def ln_tail(x, rows, ln_weight, ln_bias, ln_out, ln_mean, ln_r_std, counters, sa, sb):
-        """tf_ln of the block's rows of x (the residual sums this launch wrote, in extra), by the
-        last block of its row of blocks to finish (counters[blockIdx.y] counts them, and that
-        block sets it back to 0 for the next launch): the same chains as tf_ln (the mean, then the
-        squared differences, each row one thread's, in order), over its rows staged LEN columns at
-        a time, the copies of the next chunk in flight while one is summed; then the outputs."""
-        t = cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.x
-        flag = cuda.shared.array(1, np.int32)
-        stats = cuda.shared.array(STATS, np.float32)  # each row's mean and 1 / its std
-        acc = cuda.local.array(PER, np.float32)
-        cuda.threadfence()  # this block's sums are visible to the block that takes the layer norm
-        cuda.syncthreads()
-        if t == 0:
-            flag[0] = cuda.atomic.add(counters, cuda.blockIdx.y, 1)
-        cuda.syncthreads()
-        if flag[0] != cuda.gridDim.x - 1:
-            return
-        if t == 0:
-            counters[cuda.blockIdx.y] = 0
-        cuda.threadfence()
-        i0 = rows[0] + cuda.blockIdx.y * BM
-        nr = min(BM, rows[1] - i0)
-        D = x.shape[1]
-        n_chunks = (D + LEN - 1) // LEN
-        for p in range(PER):
-            acc[p] = ZERO
-        for phase in range(3):  # the mean, the variance, the outputs
-            stage(x, sa, 0, i0, nr, D, t)
-            for c in range(n_chunks):
-                if c + 1 < n_chunks:
-                    stage(x, sb if c % 2 == 0 else sa, c + 1, i0, nr, D, t)
-                    wait_next()
-                else:
-                    wait_last()
-                cuda.syncthreads()
-                buf = sa if c % 2 == 0 else sb
-                n = min(LEN, D - c * LEN)
-                if phase < 2:
-                    for p in range(PER):
-                        r = t + p * NT
-                        if r < nr:
-                            if phase == 0:
-                                acc[p] = staged_sum(acc[p], buf, U(r * STRIDE), n)
-                            else:
-                                acc[p] = staged_squared_differences(acc[p], buf, U(r * STRIDE), stats[2 * r], n,
-                                                                    fused)
-                else:
-                    for q in range(t, nr * n, NT):
-                        r, k = q // n, q % n
-                        j = c * LEN + k
-                        v = mul(buf[U(r * STRIDE + k)] - stats[2 * r], stats[2 * r + 1])
-                        ln_out[i0 + r, j] = mad(fused, v, ln_weight[j], ln_bias[j])
-                cuda.syncthreads()  # the buffer is read before the copies after next land in it
-            for p in range(PER):
-                r = t + p * NT
-                if r < nr:
-                    if phase == 0:
-                        stats[2 * r] = acc[p] / np.float32(D)
-                        acc[p] = ZERO
-                    elif phase == 1:
-                        r_s = ONE / sqrtf(acc[p] / np.float32(D) + EPS)
-                        stats[2 * r + 1] = r_s
-                        ln_mean[i0 + r] = stats[2 * r]
-                        ln_r_std[i0 + r] = r_s
-            cuda.syncthreads()
-
-    return ln_tail
 
 
 @functools.cache

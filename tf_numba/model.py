@@ -8,7 +8,6 @@ from . import arena
 from .assets import AssetError
 from .config import Config
 from .kernels import ATTN_T_MAX, LN_D_MAX
-from .matmul import LN_COUNTERS
 from .fp import is_fused
 from .generate import Passes
 
@@ -17,7 +16,7 @@ class TFModel:
     """tf.c's `main` allocations: parameters (filled from the weights), activations,
     gradients and activations_back (allocated once, sized for d_seq tokens), and the tokens
     (tf.c's `data` buffer, where generation appends). Besides: zeros (the start of dot
-    products that tf.c begins at 0), row ranges and layer-norm counters for the matrix kernels (matmul.py),
+    products that tf.c begins at 0), row ranges for the matrix kernels (matmul.py),
     `last_rows`, the range of the row that generation unembeds (and the decoder computes),
     which its argmax kernel advances on the device, and generation's recorded passes."""
 
@@ -39,9 +38,6 @@ class TFModel:
         self.tokens = cuda.device_array(cfg.d_seq + 1, dtype=np.uint16)
         self.zeros = cuda.to_device(np.zeros(max(cfg.d_vocab, 4 * cfg.d_model), dtype=np.float32))
         self.last_rows = cuda.to_device(np.zeros(2, dtype=np.int64))
-        # each row of blocks' finished blocks, in a product that takes the layer norm after it
-        # (matmul.make_ln_tail); every such launch leaves them zero, so one set serves the passes
-        self.ln_counters = cuda.to_device(np.zeros(LN_COUNTERS, dtype=np.int32))
         self._rows = {}
         self.passes = Passes()
 

@@ -67,10 +67,7 @@ def tiled_label(name, tile, fused, wa, wb, epilogue):
     return f"{name}{'_' + epilogue if epilogue else ''} {tile} copies {wa}/{wb} {'fma' if fused else 'nofma'}"
 
 
-# what the passes launch ("add_ln": tiled only; one row takes "add", then tf_ln)
-PASS_EPILOGUES = {"tf_fc": (None, "gelu", "add", "add_ln"), "tf_fc_back_din": (None, "gelu_back")}
-TILED_ARGS = (F2, F2, F1, F2, L1, I64, F32, F2, F2)
-LN_ARGS = (F1, F1, F2, F1, F1, I1)  # "add_ln": the layer norm's weight, bias, out, mean, r_std; the counters
+PASS_EPILOGUES = {"tf_fc": (None, "gelu", "add"), "tf_fc_back_din": (None, "gelu_back")}  # what the passes launch
 
 
 def gpt2_tiled():
@@ -122,8 +119,8 @@ KERNELS = [
     ("tf_attn_z", tf_kernels.tf_attn_z, (F2, F3, F2, L1, I64, I64, B), BLOCK, None, False),
     ("tf_gelu", tf_kernels.tf_gelu, (F2, F2, L1, I64), BLOCK, None, False),
 ] + [
-    (tiled_label(*key), tf_matmul.build(*key), TILED_ARGS + (LN_ARGS if key[-1] == "add_ln" else ()),
-     key[1].RT * key[1].CT, None, True) for key in sorted(TILED, key=str)
+    (tiled_label(*key), tf_matmul.build(*key), (F2, F2, F1, F2, L1, I64, F32, F2, F2), key[1].RT * key[1].CT, None,
+     True) for key in sorted(TILED, key=str)
 ] + [
     (f"{name}_row{'_' + epilogue if epilogue else ''} {tile} S<={s_max} {'fma' if fused else 'nofma'}",
      tf_matmul.build_row(name, tile, fused, s_max, epilogue), (F2, F2, F1, F2, L1, I64, F32, F2, F2), tile.NT, None,
@@ -131,7 +128,7 @@ KERNELS = [
     for name, tile, s_max, fused, epilogue in sorted(
         {(kind, tf_matmul.row_tile_for(cols, tf_matmul.row_s_max(S)), tf_matmul.row_s_max(S), fused, epilogue)
          for kind, cols, S in ROW_SHAPES for fused in (True, False)
-         for epilogue in PASS_EPILOGUES.get(kind, (None,)) if epilogue != "add_ln"}, key=str)
+         for epilogue in PASS_EPILOGUES.get(kind, (None,))}, key=str)
 ]
 
 

@@ -25,7 +25,6 @@ SMALL_QUAD = M.Tile(2, 2, 2, 4, 4, 2, True)  # the quad lane layout, several cop
 SMALL_ROW = M.RowTile(4, 3, 4)  # several blocks, and chunks that end ragged
 # odd sizes: every copy moves one float; multiples of 4: 16-byte copies where a block's rows allow
 SIM_SHAPES = [SimpleNamespace(T=5, D=7, N=9, V=11), SimpleNamespace(T=6, D=8, N=12, V=16)]
-LN_SHAPE = SimpleNamespace(T=7, D=6, N=260, V=16)  # rows longer than a chunk the layer norm stages, the last ragged
 GPU_SHAPES = [SimpleNamespace(T=64, D=GPT2.d_model, N=n, V=GPT2.d_vocab) for n in (3 * 768, 768, 4 * 768)] + \
     [SimpleNamespace(T=64, D=4 * 768, N=768, V=GPT2.d_vocab)]  # c_attn, attn.c_proj, c_fc, mlp.c_proj
 FUSED = [pytest.param(True, id="fma"), pytest.param(False, id="nofma")]
@@ -65,47 +64,6 @@ def fc(s, fused, rng, first=None, epilogue=None):
         launch.elementwise(K.tf_add, (end - first) * s.N, res, faithful, extra_faithful, rows(first, end),
                            end - first)
     return bits(tiled, extra), [want.view(np.uint32)] + bits(extra_faithful)
-
-
-def fc_add_ln(s, fused, rng, first=None):
-    """tf_fc with the residual add and the layer norm after it in one launch (forward.py's
-    attn.c_proj and mlp.c_proj) against the faithful tf_fc, then tf_add, then tf_ln: the outputs,
-    the residual sums, the normalised rows, their means and 1 / std, bit for bit; twice, so that
-    the second launch shows the counters left as the first found them. Rows of a multiple of 4
-    floats take the layer norm in the product's launch (several chunks a row at LN_SHAPE), one
-    row or other widths a tf_ln launch after it."""
-    weight, bias, inp = (cuda.to_device(x) for x in (random(rng, s.D, s.N), random(rng, s.N), random(rng, s.T, s.D)))
-    ln_weight, ln_bias = cuda.to_device(random(rng, s.N)), cuda.to_device(random(rng, s.N))
-    res = cuda.to_device(random(rng, s.T, s.N))
-    one_row = first is not None  # the one-row kernel, then tf_ln
-    first, end = (0, s.T) if first is None else (first, first + 1)
-    r = rows(first, end)
-    counters = cuda.to_device(np.zeros(M.LN_COUNTERS, np.int32))
-    outs = []
-    for run in ("fused", "fused again", "faithful"):
-        init = np.random.default_rng(1).standard_normal((s.T, s.N), dtype=np.float32)  # untouched rows equal
-        out, extra, ln_out = (cuda.to_device(init) for _ in range(3))
-        mean, r_std = (cuda.to_device(init[:, 0].copy()) for _ in range(2))
-        if run != "faithful":
-            separate = []
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(launch, "ln", lambda *args: separate.append(launch.blocks(K.tf_ln, args[7], K.LN_THREADS, 0,
-                                                                                      *args[:7], args[8])))
-                launch.matmul("tf_fc", inp, weight, bias, out, r, end - first, fused, epilogue="add", res=res,
-                              extra=extra, layer_norm=(ln_weight, ln_bias, ln_out, mean, r_std, counters))
-            assert bool(separate) == (one_row or s.N % 4 != 0), "fused where it cannot be, or not where it can"
-        else:
-            faithful = cuda.device_array((s.T, s.N), np.float32)
-            launch.elementwise(K.tf_fc, s.T * s.N, weight, bias, inp, faithful, s.T, fused)
-            host = init.copy()
-            host[first:end] = faithful.copy_to_host()[first:end]
-            out = cuda.to_device(host)
-            launch.elementwise(K.tf_add, (end - first) * s.N, res, out, extra, r, end - first)
-            launch.ln(ln_weight, ln_bias, extra, r_std, mean, ln_out, r, end - first, fused)
-        outs.append(bits(out, extra, ln_out, mean, r_std))
-    assert not counters.copy_to_host().any(), "a fused launch left its counters set"
-    assert all(np.array_equal(x, y) for x, y in zip(outs[0], outs[1])), "the second fused launch differs"
-    return outs[0], outs[2]
 
 
 def fc_back(s, fused, rng, epilogue=None):
@@ -207,8 +165,6 @@ def unembedding_back(s, fused, rng):
 
 ROUTINES = {"tf_fc": fc, "tf_fc_last_row": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2),
             "tf_fc_add": lambda s, fused, rng: fc(s, fused, rng, epilogue="add"),
-            "tf_fc_add_ln": fc_add_ln,
-            "tf_fc_last_row_add_ln": lambda s, fused, rng: fc_add_ln(s, fused, rng, first=s.T - 2),
             "tf_fc_last_row_gelu": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="gelu"),
             "tf_fc_last_row_add": lambda s, fused, rng: fc(s, fused, rng, first=s.T - 2, epilogue="add"),
             "tf_fc_short_sum": fc_short_sum, "tf_fc_back_dweight_rows": dweight_rows,
@@ -233,7 +189,7 @@ def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
     if small_tile:
         monkeypatch.setattr(M, "tile_for", lambda name, n_rows, n_cols, sum_len, fused: small_tile)
         monkeypatch.setattr(M, "row_tile_for", lambda n_cols, s_max: SMALL_ROW)
-    for shape in SIM_SHAPES + ([LN_SHAPE] if routine.endswith("add_ln") else []):
+    for shape in SIM_SHAPES:
         check(routine, shape, fused)
 
 

@@ -163,9 +163,7 @@ def main():
         report("no tf_unembedding_softmax")
     with patched(K, "tf_unembedding_softmax", K.tf_unembedding_softmax_chain):
         report("softmax by tf.c's chain (the reference)")
-    matmul = launch.matmul  # the products that take a layer norm after them, without it
-    with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None), \
-            patched(launch, "matmul", lambda *a, layer_norm=None, **k: matmul(*a, **k)):
+    with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None):
         report("no layer norms")
     attn = {"tf_attn_scores", "tf_attn_z", "tf_attn_back_qkv"}
     with patched(launch, "elementwise", skipping(launch.elementwise, attn)), \
