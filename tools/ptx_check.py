@@ -109,6 +109,8 @@ KERNELS = [
      False),
     ("tf_attn_back_row", tf_kernels.tf_attn_back_row(64, True), (F2, F2, F3, F3, I64, B), tf_kernels.ATTN_THREADS,
      None, False),
+    ("tf_attn_back_row narrow", tf_kernels.tf_attn_back_row(64, False), (F2, F2, F3, F3, I64, B),
+     tf_kernels.ATTN_THREADS, None, False),
     # the backward's last kernel: its groups of samples must stay in registers
     ("tf_embedding_back", tf_kernels.tf_embedding_back, (F2, U1, F2, F2, I64), BLOCK, None, True),
     # the forward kernels that take their rows from device memory (generation's decode step)
