@@ -248,14 +248,20 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         def buffers():
             return (cuda.shared.array(A_BUFS, np.float32, alignment=SHARED_ALIGN),  # ST chunks each
                     cuda.shared.array(B_BUFS, np.float32, alignment=SHARED_ALIGN))
-    # A thread's outputs are neighbours (rows ty*TM + m, columns tx*TN + n), and a full chunk is
-    # read VEC steps at a time: one vector load per row where an operand runs along s, one per
-    # step (TM or TN wide) where it runs along the outputs.
+    # A full chunk is read VEC steps at a time. Where an operand's staged rows run along the
+    # outputs (A a_trans, B by s), a thread's outputs are neighbours (rows ty*TM + m, columns
+    # tx*TN + n), read TM or TN at a time by one vector load a step. Where they run along s, its
+    # outputs are every RT-th row (ty + m*RT) or CT-th column (tx + n*CT), each read by one
+    # 16-byte load of VEC steps: the lanes of a quarter warp then read consecutive staged rows,
+    # an odd number of 16 bytes apart (BK + PAD floats), so in distinct banks, where neighbours
+    # TN = 4 or TM = 8 rows apart shared them (the 4x4 and 8x2 tiles' 2-way conflicts).
+    R_OWN, R_STEP = (TM, 1) if a_trans else (1, RT)  # a thread's row m: ty * R_OWN + m * R_STEP
+    C_OWN, C_STEP = (1, CT) if b_by_output else (TN, 1)  # its column n: tx * C_OWN + n * C_STEP
     AV, BV = TM * VEC, TN * VEC  # the staged values of VEC steps in registers
-    # Shared memory returns one 32-bit register a lane a cycle, except that a warp's load whose
-    # lanes L and L ^ 1 (or L and L ^ 2) read the same address returns twice as fast. With QUAD,
-    # lanes 4q .. 4q + 3 are the threads (ty, tx), (ty, tx + 1), (ty + 1, tx), (ty + 1, tx + 1):
-    # lane ^ 1 shares its rows (A's loads) and lane ^ 2 its columns (B's).
+    # With QUAD, lanes 4q .. 4q + 3 are the threads (ty, tx), (ty, tx + 1), (ty + 1, tx),
+    # (ty + 1, tx + 1), so a quarter warp (lanes 8p .. 8p + 7) spans 2 rows of threads and 4
+    # columns: its 16-byte loads along s read 2 staged rows of A and 4 of B, where a row of 8
+    # threads read 8 of B, two of them in each bank when a thread's columns were neighbours.
     assert not QUAD or (RT % 2 == 0 and CT % 2 == 0), tile
     HALF_CT = CT // 2
     load_a = vector_load(TM, VEC) if a_trans else vector_load(VEC, 1)
@@ -352,10 +358,10 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                 load_a(av, U(k), sa, ab + U((ss + k) * A_ROW + ty * TM))
         else:
             for m in range(TM):
-                load_a(av, U(m * VEC), sa, ab + U((ty * TM + m) * A_ROW + ss))
+                load_a(av, U(m * VEC), sa, ab + U((ty + m * RT) * A_ROW + ss))
         if b_by_output:
             for n in range(TN):
-                load_b(bv, U(n * VEC), sb, bb + U((tx * TN + n) * B_ROW + ss))
+                load_b(bv, U(n * VEC), sb, bb + U((tx + n * CT) * B_ROW + ss))
         else:
             for k in range(VEC):
                 load_b(bv, U(k), sb, bb + U((ss + k) * B_ROW + tx * TN))
@@ -386,10 +392,10 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     def step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale):
         """Step ss alone (the last, partial chunk)."""
         for m in range(TM):
-            i = ty * TM + m
+            i = ty * R_OWN + m * R_STEP
             av[m * VEC] = sa[ab + U(ss * A_ROW + i)] if a_trans else sa[ab + U(i * A_ROW + ss)]
         for n in range(TN):
-            j = tx * TN + n
+            j = tx * C_OWN + n * C_STEP
             bv[n * VEC] = sb[bb + U(j * B_ROW + ss)] if b_by_output else sb[bb + U(ss * B_ROW + j)]
         terms(av, bv, 0, acc, scale)
 
@@ -429,7 +435,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
             commit()
         for m in range(TM):  # the starts load while the first chunks fly
             for n in range(TN):
-                j = j0 + tx * TN + n
+                j = j0 + tx * C_OWN + n * C_STEP
                 acc[m, n] = start[j] if j < N else ZERO
         c = U(0)
         while c < n_chunks:
@@ -448,9 +454,9 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                     step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale)
             c += U(1)
         for m in range(TM):
-            i = i0 + ty * TM + m
+            i = i0 + ty * R_OWN + m * R_STEP
             for n in range(TN):
-                j = j0 + tx * TN + n
+                j = j0 + tx * C_OWN + n * C_STEP
                 if i < i_end and j < N:
                     store(out, res, extra, i, j, mul(acc[m, n], scale) if scaled_result else acc[m, n])
 
