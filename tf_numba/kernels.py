@@ -33,7 +33,6 @@ import numpy as np
 from numba import config, cuda
 
 from cudakit.asynccopy import commit, copy_async, wait
-from cudakit.dependent import wait_inputs
 from cudakit.devmath import mad, mul, sqrtf
 from cudakit.vector import SHARED_ALIGN, vector_load
 
@@ -80,7 +79,6 @@ SOFTMAX_LOADS = 16  # loads in flight a tf_unembedding_softmax thread
 @cuda.jit
 def tf_memset(out, value):
     """memset of a flat float array (value 0, or a poison pattern for scratch)."""
-    wait_inputs()
     for i in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
         out[i] = value
 
@@ -89,7 +87,6 @@ def tf_memset(out, value):
 def tf_memcpy(out, inp, T):
     """memcpy of inp's first T rows into out's, whose rows may be longer (padded: the rest is left
     as it is)."""
-    wait_inputs()
     N = inp.shape[1]
     for k in range(cuda.grid(1), T * N, cuda.gridsize(1)):
         i, j = k // N, k % N
@@ -99,7 +96,6 @@ def tf_memcpy(out, inp, T):
 @cuda.jit
 def tf_embedding(wte, wpe, tokens, out, rows, n):
     """out[i] = wte[tokens[i]] + wpe[i]."""
-    wait_inputs()
     D = out.shape[1]
     first = rows[0]
     for idx in range(cuda.grid(1), n * D, cuda.gridsize(1)):
@@ -109,7 +105,6 @@ def tf_embedding(wte, wpe, tokens, out, rows, n):
 
 @cuda.jit
 def tf_add(in_1, in_2, out, rows, n):
-    wait_inputs()
     D = out.shape[1]
     first = rows[0]
     for idx in range(cuda.grid(1), n * D, cuda.gridsize(1)):
@@ -120,7 +115,6 @@ def tf_add(in_1, in_2, out, rows, n):
 @cuda.jit
 def tf_fc(weight, bias, inp, out, T, fused):
     """out[i, j] = bias[j], then `*out += *in * *weight` over k ascending. Faithful (see above)."""
-    wait_inputs()
     N = out.shape[1]
     for idx in range(cuda.grid(1), T * N, cuda.gridsize(1)):
         i, j = idx // N, idx % N
@@ -134,7 +128,6 @@ def tf_fc(weight, bias, inp, out, T, fused):
 def tf_fc_back(weight, inp, dL_dout, dL_dweight, dL_dbias, dL_din, T, fused):
     """The three sets of sums tf.c interleaves: dL_dweight[k, j] and dL_dbias[j] accumulate over
     samples i ascending, dL_din[i, k] is a fresh dot over outputs j ascending. Faithful."""
-    wait_inputs()
     K, N = weight.shape
     for idx in range(cuda.grid(1), K * N + N + T * K, cuda.gridsize(1)):
         if idx < K * N:
@@ -281,7 +274,6 @@ def tf_ln(weight, bias, inp, r_std, mean, out, rows, fused):
     taken as its term is added), every thread writes outputs from its own differences. Each
     thread loads its features, weights and biases at the start, so that their latency hides
     behind the two sums."""
-    wait_inputs()
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     D = inp.shape[1]
@@ -322,7 +314,6 @@ def tf_ln_back(weight, inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, dL_din, 
     side by side) form the two partial sums in order, every thread writes input gradients.
     The blocks after them own the weight and bias gradients (ln_back_parameters). With `add`,
     each input gradient also goes into the tf_add that tf.c runs next: extra = res + it."""
-    wait_inputs()
     t = cuda.threadIdx.x
     D = inp.shape[1]
     staged = cuda.shared.array(LN_STAGED, np.float32)  # D values dL/din_norm, then D in_norm
@@ -415,7 +406,6 @@ def ln_back_parameters(inp, r_std, mean, dL_dout, dL_dweight, dL_dbias, T, fused
 def tf_attn_scores(c_attn, softmax, rows, n, n_keys, d_k, rsqrt_d_k, fused):
     """softmax[h, q, k] = (q_q . k_k) * rsqrt_d_k for k <= q, the dot over d ascending; n_keys
     bounds the keys of the last row (a bound is enough: the rest are skipped)."""
-    wait_inputs()
     H = softmax.shape[0]
     D = H * d_k
     first = rows[0]
@@ -459,7 +449,6 @@ def staged_softmax(p, n, t, threads, part):
 def tf_attn_softmax(softmax, rows, n):
     """Block h * n + q - rows[0] owns row (head h, query q), keys k <= q: staged in shared memory,
     its softmax (staged_softmax) by the block's lanes, written back."""
-    wait_inputs()
     h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
     lane = cuda.threadIdx.x
     row = softmax[h, q_i]
@@ -476,7 +465,6 @@ def tf_attn_softmax(softmax, rows, n):
 @cuda.jit
 def tf_attn_z(c_attn, softmax, z, rows, n, d_k, fused):
     """z[q, h*d_k + d] = sum over v <= q ascending of softmax[h, q, v] * v_v[d], from 0."""
-    wait_inputs()
     D = z.shape[1]
     first = rows[0]
     for idx in range(cuda.grid(1), n * D, cuda.gridsize(1)):
@@ -552,7 +540,6 @@ def tf_attn(d_k, wide):
     scores = staged_dots(d_k, wide)
 
     def kernel(c_attn, softmax, z, rows, n, rsqrt_d_k, fused):
-        wait_inputs()
         h, q_i = cuda.blockIdx.x // n, rows[0] + cuda.blockIdx.x % n
         t = cuda.threadIdx.x
         D = softmax.shape[0] * d_k
@@ -662,7 +649,6 @@ def gelu(x):
 
 @cuda.jit
 def tf_gelu(inp, out, rows, n):
-    wait_inputs()
     N = out.shape[1]
     first = rows[0]
     for idx in range(cuda.grid(1), n * N, cuda.gridsize(1)):
@@ -674,7 +660,6 @@ def tf_gelu(inp, out, rows, n):
 def tf_unembedding(wte, ln_f, out, rows, fused):
     """The unembedding's dot products: out[i, v] = 0, then `dot += *weight * *in` over d ascending,
     for rows rows[0] <= i < rows[1] (training: all; generation: the last). Faithful."""
-    wait_inputs()
     V, D = wte.shape
     first = rows[0]
     for idx in range(cuda.grid(1), (rows[1] - first) * V, cuda.gridsize(1)):
@@ -751,7 +736,6 @@ def tf_unembedding_softmax(out, rows):
     time computes the exps into the row and into shared memory, and adds them to the sum in
     tf.c's order (ordered.ordered_sum: the chain's bits, scanned by the whole block); it scales by
     the reciprocal (row_scale)."""
-    wait_inputs()
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
@@ -782,7 +766,6 @@ def tf_unembedding_softmax_chain(out, rows):
     (tests/tf/test_tf_ordered.py): the block finds the max; thread 0 adds the exps one by one, a
     chunk at a time from shared memory, while the threads from CHAIN_WARP on compute the next
     chunk's exps into the other buffer; the block scales by the reciprocal."""
-    wait_inputs()
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
@@ -822,7 +805,6 @@ def tf_argmax(out, rows, tokens):
     row end - 1 (tf.c keeps the first of equal maxima), where rows = [end - 1, end]; then
     rows advances by one on the device. Each thread scans a stride, then the block keeps the
     larger value, or on a tie the smaller index. One block."""
-    wait_inputs()
     t = cuda.threadIdx.x
     end = rows[1]
     value = cuda.shared.array(ARGMAX_THREADS, np.float32)
@@ -867,7 +849,6 @@ def tf_argmax_logits(out, rows, tokens):
     (1 - 2^-24) * r rounds below r for every float r: so p_v equals the largest probability r
     exactly when e_v is 1.0f, and tf.c's first maximum of p is the first v whose expf(logit_v -
     max) is 1.0f. That skips the ordered sum of the V exps. Then rows advances as in tf_argmax."""
-    wait_inputs()
     t = cuda.threadIdx.x
     end = rows[1]
     row = out[end - 1]
@@ -919,7 +900,6 @@ def tf_loss(probs, expected, loss, T):
     """dL/dlogit = p - 1 at the expected token (probs holds a copy of the softmax), and the
     total cross-entropy, summed over samples in order by one thread, UNROLL samples' loads and
     logs at a time (each sample edits its own row)."""
-    wait_inputs()
     if cuda.grid(1) != 0:
         return
     p_correct = cuda.local.array(UNROLL, np.float32)
@@ -940,7 +920,6 @@ def tf_unembedding_back(wte, ln_f, dL_dout, dL_dwte, dL_din, T, r_input_size, fu
     """The unembedding backward's two sets of sums: dL_dwte[v, d] += (dL_dout * in) * r_input_size
     over samples i ascending; dL_din[i, d] = 0, += dL_dout * weight over tokens v ascending, then
     *= r_input_size. Faithful."""
-    wait_inputs()
     V, D = wte.shape
     for idx in range(cuda.grid(1), V * D + T * D, cuda.gridsize(1)):
         if idx < V * D:
@@ -959,7 +938,6 @@ def tf_unembedding_back(wte, ln_f, dL_dout, dL_dwte, dL_din, T, r_input_size, fu
 
 @cuda.jit
 def tf_gelu_back(inp, dL_dout, dL_din, T, fused):
-    wait_inputs()
     N = dL_din.shape[1]
     for idx in range(cuda.grid(1), T * N, cuda.gridsize(1)):
         i, k = idx // N, idx % N
@@ -977,7 +955,6 @@ def gelu_back(x, dL_dout, fused):
 @cuda.jit
 def tf_attn_back_dot(dL_dz, c_attn, dL_da, T, d_k, fused):
     """dL_da[h, i, j] = dL_dz[i, head h] . v_j over d ascending, for j <= i."""
-    wait_inputs()
     H = dL_da.shape[0]
     D = H * d_k
     for idx in range(cuda.grid(1), H * T * T, cuda.gridsize(1)):
@@ -1007,7 +984,6 @@ def tf_attn_back_softmax(softmax, dL_da, T, fused):
     """Block h * T + i owns row (head h, query i): its lanes stage a and dL_da for j <= i, one
     lane forms row_sum = sum of a * dL_da in order, the lanes turn each dL_da[j] into
     dL_ds = a * (dL_da - row_sum)."""
-    wait_inputs()
     h, i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
     lane = cuda.threadIdx.x
     n = i + 1
@@ -1032,7 +1008,6 @@ def tf_attn_back_row(d_k, wide):
     dots = staged_dots(d_k, wide)
 
     def kernel(dL_dz, c_attn, softmax, dL_da, T, fused):
-        wait_inputs()
         h, i = cuda.blockIdx.x // T, cuda.blockIdx.x % T
         t = cuda.threadIdx.x
         D = dL_da.shape[0] * d_k
@@ -1055,7 +1030,6 @@ def tf_attn_back_row(d_k, wide):
 def tf_attn_back_qkv(dL_dz, c_attn, softmax, dL_ds, dL_dc_attn, T, d_k, rsqrt_d_k, fused):
     """dL/d(q, k, v), one element of the (T, 3D) gradient at a time, each a sum in tf.c's
     order: dq[i] over keys j <= i ascending; dk[j] and dv[j] over queries i >= j ascending."""
-    wait_inputs()
     D3 = dL_dc_attn.shape[1]
     D = D3 // 3
     for idx in range(cuda.grid(1), T * D3, cuda.gridsize(1)):
@@ -1077,7 +1051,6 @@ def tf_embedding_back(dL_dout, tokens, dL_dwte, dL_dwpe, T):
     """One thread per feature k, samples in order (a token that repeats adds in order). The loads
     of UNROLL samples go out together ahead of their adds, where one at a time each waited on the
     store before it; a token repeated among them adds to the sum its latest earlier sample left."""
-    wait_inputs()
     tok = cuda.local.array(UNROLL, np.int64)
     dout = cuda.local.array(UNROLL, np.float32)
     wte = cuda.local.array(UNROLL, np.float32)

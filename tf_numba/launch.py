@@ -1,14 +1,12 @@
 """Kernel launches: their sizes, and where they go (cudakit.stream: the default stream, or a CUDA
-graph being recorded, where work that nothing waits for soon can run on a branch beside the rest,
-and, on sm_90 on, each kernel may start before the one before it has finished: every kernel here
-calls cudakit.dependent.wait_inputs() before it touches what the kernels before it write)."""
+graph being recorded, where work that nothing waits for soon can run on a branch beside the rest)."""
 import functools
 
 from numba import config, cuda
 
 from cudakit.arrays import address
 from cudakit.sharedmem import opt_in
-from cudakit.stream import launch
+from cudakit.stream import Target
 
 from . import kernels as K
 from . import matmul as M
@@ -37,11 +35,11 @@ else:
         sms = multiprocessors()
         per_sm = -(-n // sms)
         block = min(BLOCK, max(32, -(-per_sm // 32) * 32))
-        launch(kernel, min(-(-n // block), sms * RESIDENT_BLOCKS), block, 0, *args)
+        kernel[min(-(-n // block), sms * RESIDENT_BLOCKS), block, Target.stream](*args)
 
 
 def blocks(kernel, grid, block, shared_bytes, *args):
-    launch(kernel, grid, block, shared_bytes, *args)
+    kernel[grid, block, Target.stream, shared_bytes](*args)
 
 
 def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):
@@ -95,7 +93,7 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epil
         s_max = M.row_s_max(S)
         tile = M.row_tile_for(out.shape[1], s_max)
         kernel = M.build_row(name, tile, fused, s_max, epilogue)
-        launch(kernel, -(-out.shape[1] // tile.BN), tile.NT, 0, a, b, start, out, rows, S, scale, res, extra)
+        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
         return
     tile = M.fitted(M.tile_for(name, n_rows, out.shape[1], S, fused), name)
     grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
@@ -103,4 +101,4 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epil
     args = (a, b, start, out, rows, S, scale, res, extra)
     nbytes = M.dynamic_bytes(tile, name)  # past 48 KiB the kernel opts in first
     opt_in(kernel, args, nbytes)
-    launch(kernel, grid, (tile.CT, tile.RT), nbytes, *args)
+    kernel[grid, (tile.CT, tile.RT), Target.stream, nbytes](*args)

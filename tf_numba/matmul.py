@@ -42,7 +42,6 @@ from numba import config, cuda
 from cudakit.arrays import address
 from cudakit import sharedmem
 from cudakit.asynccopy import commit, copy_async, wait
-from cudakit.dependent import wait_inputs
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
@@ -54,19 +53,17 @@ VEC = 4  # summation steps a full chunk reads at a time
 PAD = 4  # floats after each staged row: rows stay 16 bytes aligned
 
 # a_trans: A(i, s) is a[s, i]; b_by_output: B(s, j) is b[j, s]; scaled_product: (A * B) * scale is the
-# term; scaled_result: the finished sum is multiplied by scale; b_weight: B is a parameter, which no
-# pass writes, so a dependent launch (cudakit.dependent) copies its first chunks before the kernels
-# before it have finished. Every sum starts from start[j]: the bias, or zeros (tf.c's dot products,
-# and its gradients, which accumulate into an arena it zeroes first: 0.0f + the first term is what
-# the arena's first += gives).
-Kind = namedtuple("Kind", "a_trans b_by_output scaled_product scaled_result b_weight")
+# term; scaled_result: the finished sum is multiplied by scale. Every sum starts from start[j]: the
+# bias, or zeros (tf.c's dot products, and its gradients, which accumulate into an arena it zeroes
+# first: 0.0f + the first term is what the arena's first += gives).
+Kind = namedtuple("Kind", "a_trans b_by_output scaled_product scaled_result")
 KINDS = {
-    "tf_fc": Kind(False, False, False, False, True),
-    "tf_fc_back_din": Kind(False, True, False, False, True),
-    "tf_fc_back_dweight": Kind(True, False, False, False, False),
-    "tf_unembedding": Kind(False, True, False, False, True),
-    "tf_unembedding_back_din": Kind(False, False, False, True, True),
-    "tf_unembedding_back_dwte": Kind(True, False, True, False, False),
+    "tf_fc": Kind(False, False, False, False),
+    "tf_fc_back_din": Kind(False, True, False, False),
+    "tf_fc_back_dweight": Kind(True, False, False, False),
+    "tf_unembedding": Kind(False, True, False, False),
+    "tf_unembedding_back_din": Kind(False, False, False, True),
+    "tf_unembedding_back_dwte": Kind(True, False, True, False),
 }
 
 # TM x TN outputs per thread, RT x CT threads per block, BK summation steps a chunk, ST chunks staged
@@ -225,7 +222,7 @@ def tiled(name, tile, fused, a, b, epilogue=None):
 def build(name, tile, fused, wa, wb, epilogue=None):
     """The kernel for KINDS[name] with this tile and fp model, its operands copied wa and wb floats
     at a time (copy_width); `epilogue` as build_row's (compiled at its first launch)."""
-    a_trans, b_by_output, scaled_product, scaled_result, b_weight = KINDS[name]
+    a_trans, b_by_output, scaled_product, scaled_result = KINDS[name]
     TM, TN, RT, CT, BK, ST, QUAD = tile
     assert BK % VEC == 0 and ST >= 2 and ST * stage_bytes(tile, name) <= sharedmem.H200_OPTIN, tile
     BM, BN, NT = TM * RT, TN * CT, RT * CT
@@ -317,27 +314,32 @@ def build(name, tile, fused, wa, wb, epilogue=None):
 
         return issue
 
-    def make_issue_chunk(by_s, ROWS, ROW_LEN, W, SIZE):
-        """The copies of one operand's chunk c into slot c % ST (nothing past the last chunk)."""
-        inside, full, edge = (make_issue(by_s, ROWS, ROW_LEN, W, f, i) for f, i in ((True, True), (True, False),
-                                                                                   (False, False)))
+    def make_issue_both(full, inside=False):
+        issue_a = make_issue(a_trans, BM, A_ROW, wa, full, inside)
+        issue_b = make_issue(not b_by_output, BN, B_ROW, wb, full, inside)
 
         @cuda.jit(device=True)
-        def issue_chunk(c, n_chunks, x, S, o0, o_end, ld, t, buf, o_inside):
-            """o_inside: the block's outputs o0 .. o0 + ROWS - 1 all lie before o_end."""
-            if c < n_chunks:
-                s0, base = c * U(BK), (c % U(ST)) * U(SIZE)
-                if s0 + U(BK) <= S and o_inside:
-                    inside(x, s0, S, o0, o_end, ld, t, buf, base)
-                elif s0 + U(BK) <= S:
-                    full(x, s0, S, o0, o_end, ld, t, buf, base)
-                else:
-                    edge(x, s0, S, o0, o_end, ld, t, buf, base)
+        def issue(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot):
+            issue_a(a, s0, S, i0, i_end, lda, t, sa, slot * U(A_SIZE))
+            issue_b(b, s0, S, j0, N, ldb, t, sb, slot * U(B_SIZE))
 
-        return issue_chunk
+        return issue
 
-    issue_a = make_issue_chunk(a_trans, BM, A_ROW, wa, A_SIZE)
-    issue_b = make_issue_chunk(not b_by_output, BN, B_ROW, wb, B_SIZE)
+    issue_inside, issue_full, issue_edge = make_issue_both(True, True), make_issue_both(True), make_issue_both(False)
+
+    @cuda.jit(device=True)
+    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, inside):
+        """Chunk c's copies into slot c % ST, and the group closed (empty past the last chunk, so
+        that every thread counts the same groups)."""
+        if c < n_chunks:
+            s0 = c * U(BK)
+            if s0 + U(BK) <= S and inside:
+                issue_inside(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+            elif s0 + U(BK) <= S:
+                issue_full(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+            else:
+                issue_edge(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+        commit()
 
     @cuda.jit(device=True)
     def terms(av, bv, k, acc, scale):
@@ -409,6 +411,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         if QUAD:
             quad, lane = t // 4, t % 4
             tx, ty = 2 * (quad % HALF_CT) + lane % 2, 2 * (quad // HALF_CT) + lane // 2
+        i0 = rows[0] + cuda.blockIdx.y * BM
+        i_end = rows[1]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
         sa, sb = buffers()
@@ -416,23 +420,12 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         av = cuda.local.array(AV, np.float32)
         bv = cuda.local.array(BV, np.float32)
         # the copies' indices, unsigned
-        tu, Su, j0u, Nu = U(t), U(S), U(j0), U(N)
+        tu, Su, i0u, i_endu, j0u, Nu = U(t), U(S), U(i0), U(i_end), U(j0), U(N)
         lda, ldb = U(a.shape[1]), U(b.shape[1])
         n_chunks = (Su + U(BK - 1)) // U(BK)
-        j_inside = j0u + U(BN) <= Nu  # no copy of B passes the last column
-        if b_weight:  # a weight's first chunks fly while the kernels before finish
-            for c in range(ST - 1):
-                issue_b(U(c), n_chunks, b, Su, j0u, Nu, ldb, tu, sb, j_inside)
-        wait_inputs()
-        i0 = rows[0] + cuda.blockIdx.y * BM
-        i_end = rows[1]
-        i0u, i_endu = U(i0), U(i_end)
-        i_inside = i0u + U(BM) <= i_endu  # no copy of A passes the last row
-        for c in range(ST - 1):  # a group a chunk (a weight's first ones in the first group)
-            issue_a(U(c), n_chunks, a, Su, i0u, i_endu, lda, tu, sa, i_inside)
-            if not b_weight:
-                issue_b(U(c), n_chunks, b, Su, j0u, Nu, ldb, tu, sb, j_inside)
-            commit()
+        inside = i0u + U(BM) <= i_endu and j0u + U(BN) <= Nu  # no copy of this block's passes an edge of o
+        for c in range(ST - 1):
+            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
         for m in range(TM):  # the starts load while the first chunks fly
             for n in range(TN):
                 j = j0 + tx * C_OWN + n * C_STEP
@@ -441,11 +434,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         while c < n_chunks:
             wait_staged()  # this thread's copies of chunk c have landed
             cuda.syncthreads()  # everyone's have; and everyone has summed chunk c - 1, whose slot is next
-            # chunk c + ST - 1's copies, and its group closed (empty past the last chunk, so that
-            # every thread counts the same groups)
-            issue_a(c + U(ST - 1), n_chunks, a, Su, i0u, i_endu, lda, tu, sa, i_inside)
-            issue_b(c + U(ST - 1), n_chunks, b, Su, j0u, Nu, ldb, tu, sb, j_inside)
-            commit()
+            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
             ab, bb = (c % U(ST)) * U(A_SIZE), (c % U(ST)) * U(B_SIZE)
             if (c + U(1)) * U(BK) <= Su:  # a whole chunk: every load is base + constant
                 full_chunk(sa, sb, ab, bb, tx, ty, av, bv, acc, scale)
@@ -524,6 +513,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
         """out[i, j] = start[j] + sum over s < S ascending of a[i, s] * B(s, j), i = rows[0]; then
         the epilogue's extra[i, j]."""
         t = cuda.threadIdx.x
+        i = rows[0]
         j0 = cuda.blockIdx.x * BN
         N = out.shape[1]
         xs = cuda.shared.array(s_max, np.float32)
@@ -532,11 +522,9 @@ def build_row(name, tile, fused, s_max, epilogue=None):
         r1 = cuda.local.array(LOADS, np.float32)  # the odd chunks', staged at BUF
         xr = cuda.local.array(X_LOADS, np.float32)
         n_chunks = -(-S // KC)
-        fetch(b, 0, S, j0, N, t, r0)  # weights (ROW_KINDS' B): loaded while the kernels before finish
+        fetch(b, 0, S, j0, N, t, r0)
         if n_chunks > 1:
             fetch(b, KC, S, j0, N, t, r1)
-        wait_inputs()
-        i = rows[0]
         for r in range(X_LOADS):  # the input row: all loads in flight, then the stores
             s = t + r * NT
             xr[r] = a[i, s] if s < S else ZERO
@@ -560,7 +548,6 @@ def build_row(name, tile, fused, s_max, epilogue=None):
 def tf_fc_back_dbias(dL_dout, dL_dbias, T):
     """tf_fc_back's `*dL_dbias += *dL_dout` from the zeroed gradient, samples i ascending, one
     thread per bias."""
-    wait_inputs()
     for u in range(cuda.grid(1), dL_dbias.shape[0], cuda.gridsize(1)):
         acc = ZERO
         for i in range(T):

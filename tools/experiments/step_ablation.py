@@ -2,10 +2,9 @@
 class of kernels left out (the results are then wrong: only the time counts), and with the next
 product's weights read into the L2 on a branch while the current product runs.
 
-    python3 tools/experiments/step_ablation.py ASSETS_DIR [fma|nofma] [T] [all|base|softmax|dependent]
+    python3 tools/experiments/step_ablation.py ASSETS_DIR [fma|nofma] [T] [all|base|softmax]
 
-(base: the step as it is only; softmax: and with tf.c's chain for the softmax's sum; dependent: and
-recorded with plain launches instead of dependent ones, cudakit.dependent.)
+(base: the step as it is only; softmax: and with tf.c's chain for the softmax's sum.)
 
 A kernel left out that shortens the step by its own time sits on the critical path; one that
 shortens it by less runs beside it (a graph branch) or overlaps. With the branches recorded on
@@ -144,9 +143,6 @@ def main():
     if mode in ("all", "softmax"):
         with patched(K, "tf_unembedding_softmax", K.tf_unembedding_softmax_chain):
             report("softmax by tf.c's chain (the reference)")
-    if mode in ("all", "dependent"):
-        with patched(stream, "DEPENDENT", False):
-            report("plain launches (no dependent ones)")
     if mode != "all":
         return
     with patched(stream, "beside", lambda name: contextlib.nullcontext()):
