@@ -6,9 +6,7 @@
 - `vector`: aligned vector loads from shared memory into registers (NVVM merges few neighbouring
   float32 loads from a Numba shared array by itself);
 - `stream`: where launches go (the default stream, or a CUDA graph being recorded, with branches
-  beside it, its launches dependent ones on sm_90 on) and recording a graph;
-- `dependent`: `wait_inputs()`, which a kernel launched as a dependent one (programmatic dependent
-  launch) calls before it touches what the kernels before it write;
+  beside it) and recording a graph;
 - `gpu`: whether kernels can run here, what a failing GPU raises, and the Numba warnings a user
   should not see;
 - `files`: whether an input path is a FIFO or a device (which a read would wait on, or never end);

@@ -7,8 +7,7 @@ arguments, so what changes between replays must live in device memory. The simul
 graphs: there a replay runs the launches again.
 
 While recording, work that nothing needs soon can go on a branch beside the main chain
-(`beside`), joined back before anything overwrites what it reads (`join`), and on sm_90 on a
-kernel may start before the one before it has finished (`launch`, see dependent.py).
+(`beside`), joined back before anything overwrites what it reads (`join`).
 """
 import contextlib
 
@@ -25,30 +24,6 @@ class Target:
 
 def recording():
     return not isinstance(Target.stream, int)
-
-
-DEPENDENT = True  # record launches as dependent ones where the GPU has them (tools turn it off to compare)
-
-
-def launch(kernel, grid, block, shared, *args):
-    """kernel[grid, block, Target.stream, shared](*args). While recording on sm_90 on, the launch
-    is a dependent one (dependent.py): the kernel must call dependent.wait_inputs() before it
-    touches what an earlier kernel reads or writes."""
-    from . import dependent
-
-    if not (DEPENDENT and recording() and dependent.supported()):
-        kernel[grid, block, Target.stream, shared](*args)
-        return
-    from cuda.core import LaunchConfig, launch as core_launch
-
-    # Numba's own launch, with the one attribute it does not set
-    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-    stream = Target.stream.stream
-    prepared = []
-    for ty, value in zip(compiled.argument_types, args):
-        compiled._prepare_args(ty, value, stream, [], prepared)
-    config = LaunchConfig(grid=grid, block=block, shmem_size=shared, programmatic_stream_serialization=True)
-    core_launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *prepared)
 
 
 @contextlib.contextmanager
