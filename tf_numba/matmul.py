@@ -70,13 +70,18 @@ KINDS = {
 # at once (their copies in flight while one is summed); QUAD: a warp's lanes in 2 x 2 quads (see build).
 Tile = namedtuple("Tile", "TM TN RT CT BK ST QUAD", defaults=(False,))
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
+    WIDE = MID = UNEMBED = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-02-h200-quad/sweep_fma.json)
     WIDE = Tile(4, 4, 8, 16, 32, 2)
     MID = Tile(4, 2, 8, 16, 32, 2, True)
+    # 64 x 64 outputs a block, conflict-free since a thread's columns are CT apart
+    # (docs/results/2026-12-02-h200-pdl/sweep_unembedding_dbac1c9.log)
+    UNEMBED = Tile(8, 4, 8, 16, 32, 2, True)
     T_WIDE = Tile(2, 2, 8, 16, 64, 3, True)
-    T_NARROW = Tile(2, 2, 8, 8, 64, 4, True)
-    T_WARP = Tile(2, 2, 4, 8, 64, 4, True)  # T_NARROW a warp a block (docs/results/2026-12-02-h200-warp/sweep_warp.log)
+    # 16 x 24 outputs a block: 768 columns make 128 blocks of 3 warps, at most one a multiprocessor
+    # (docs/results/2026-12-02-h200-pdl/sweep_t_rows_dbac1c9.log)
+    T_NARROW = Tile(2, 2, 8, 12, 64, 6, True)
+    T_WARP = Tile(2, 2, 4, 8, 64, 4, True)  # a warp a block (docs/results/2026-12-02-h200-warp/sweep_warp.log)
     T_TALL = Tile(4, 2, 8, 8, 64, 3, True)
     T_DEEP = Tile(2, 2, 8, 16, 64, 10, True)  # T_WIDE with 9 chunks in flight (132.5 KiB): the 50,257-step sums
     ROW = Tile(1, 1, 4, 32, 32, 4)
@@ -128,13 +133,13 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
       to build_row instead): blocks of 4 x 32 threads, one output each;
     - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
-    - the other weight gradients and the training unembedding: 4 x 2 outputs a thread where
-      there are over a million outputs, else T_WIDE;
+    - the training unembedding: 8 x 4 outputs a thread (UNEMBED); the other weight gradients:
+      4 x 2 (MID); both T_WIDE where there are at most a million outputs;
     - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE) where there are more
-      than 1,024 columns (c_attn, c_fc), else of 8 x 8 (T_NARROW: twice the blocks, for the
-      768-column products); for the 768-column input gradients, blocks of one warp (T_WARP: 4 x 8
-      threads, 384 blocks, which spread more evenly over 132 multiprocessors than T_NARROW's 192
-      of two warps); 4 x 2 in 8 x 8 for the input gradient with 3,072 columns (T_TALL); the
+      than 1,024 columns (c_attn, c_fc), else of 8 x 12 (T_NARROW: 128 blocks for the 768-column
+      products, at most one a multiprocessor); for the 768-column input gradients, blocks of one
+      warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in 8 x 8 for the input gradient with 3,072
+      columns (T_TALL); the
       unembedding's input gradient, whose 50,257-step sums stream wte from memory, T_WIDE with
       10 chunks staged (dynamic shared memory).
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
@@ -144,7 +149,7 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     if name == "tf_unembedding_back_dwte":
         return WIDE
     if name in ("tf_fc_back_dweight", "tf_unembedding"):
-        return MID if n_rows * n_cols > 1 << 20 else T_WIDE
+        return T_WIDE if n_rows * n_cols <= 1 << 20 else UNEMBED if name == "tf_unembedding" else MID
     if name == "tf_unembedding_back_din":
         return T_DEEP
     if KINDS[name].b_by_output:
