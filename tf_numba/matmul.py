@@ -70,16 +70,18 @@ KINDS = {
 # at once (their copies in flight while one is summed); QUAD: a warp's lanes in 2 x 2 quads (see build).
 Tile = namedtuple("Tile", "TM TN RT CT BK ST QUAD", defaults=(False,))
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = UNEMBED = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
+    WIDE = MID = UNEMBED = UNEMBED_NOFMA = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-02-h200-quad/sweep_fma.json)
     WIDE = Tile(4, 4, 8, 16, 32, 2)
     MID = Tile(4, 2, 8, 16, 32, 2, True)
-    # 64 x 64 outputs a block, conflict-free since a thread's columns are CT apart
-    # (docs/results/2026-12-02-h200-pdl/sweep_unembedding_dbac1c9.log)
-    UNEMBED = Tile(8, 4, 8, 16, 32, 2, True)
+    # 64 x 64 outputs a block, conflict-free since a thread's columns are CT apart; nofma's
+    # separate products and adds make 32 outputs a thread issue-bound, and 4 x 4 ran faster
+    # (docs/results/2026-12-02-h200-pdl/sweep_unembedding_{dbac1c9,nofma}.log)
+    UNEMBED, UNEMBED_NOFMA = Tile(8, 4, 8, 16, 32, 2, True), Tile(4, 4, 16, 8, 32, 2, True)
     T_WIDE = Tile(2, 2, 8, 16, 64, 3, True)
-    # 16 x 24 outputs a block: 768 columns make 128 blocks of 3 warps, at most one a multiprocessor
-    # (docs/results/2026-12-02-h200-pdl/sweep_t_rows_dbac1c9.log)
+    # 16 x 24 outputs a block: 768 columns make 128 blocks of 3 warps, at most one a multiprocessor;
+    # nofma (tile_for) stages 4 chunks, not 6: 34.1 against 35.0 us at mlp.c_proj
+    # (docs/results/2026-12-02-h200-pdl/sweep_t_rows_dbac1c9.log, sweep_fc_nofma.log)
     T_NARROW = Tile(2, 2, 8, 12, 64, 6, True)
     T_WARP = Tile(2, 2, 4, 8, 64, 4, True)  # a warp a block (docs/results/2026-12-02-h200-warp/sweep_warp.log)
     T_TALL = Tile(4, 2, 8, 8, 64, 3, True)
@@ -128,13 +130,14 @@ def row_tile_for(n_cols, s_max):
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
-    """The tile the sweep timed fastest for GPT-2's shapes (under fma; used for both fp models), by
-    kind; every tile but the wte gradient's lays its lanes in quads (Tile.QUAD):
+    """The tile the sweeps timed fastest for GPT-2's shapes (under fma; the unembedding and the
+    768-column tf_fc also under nofma), by kind; every tile but the wte gradient's lays its lanes in
+    quads (Tile.QUAD):
     - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
       to build_row instead): blocks of 4 x 32 threads, one output each;
     - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
-    - the training unembedding: 8 x 4 outputs a thread (UNEMBED); the other weight gradients:
-      4 x 2 (MID); both T_WIDE where there are at most a million outputs;
+    - the training unembedding: 8 x 4 outputs a thread (UNEMBED; 4 x 4 under nofma); the other
+      weight gradients: 4 x 2 (MID); both T_WIDE where there are at most a million outputs;
     - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE) where there are more
       than 1,024 columns (c_attn, c_fc), else of 8 x 12 (T_NARROW: 128 blocks for the 768-column
       products, at most one a multiprocessor); for the 768-column input gradients, blocks of one
@@ -149,12 +152,14 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     if name == "tf_unembedding_back_dwte":
         return WIDE
     if name in ("tf_fc_back_dweight", "tf_unembedding"):
-        return T_WIDE if n_rows * n_cols <= 1 << 20 else UNEMBED if name == "tf_unembedding" else MID
+        if n_rows * n_cols <= 1 << 20:
+            return T_WIDE
+        return MID if name == "tf_fc_back_dweight" else UNEMBED if fused else UNEMBED_NOFMA
     if name == "tf_unembedding_back_din":
         return T_DEEP
     if KINDS[name].b_by_output:
         return T_TALL if n_cols > 1024 else T_WARP
-    return T_WIDE if n_cols > 1024 else T_NARROW
+    return T_WIDE if n_cols > 1024 else T_NARROW if fused else T_NARROW._replace(ST=4)
 
 
 def copy_width(x, by_s, rows):

@@ -49,8 +49,8 @@ def _tile(label):
     return M.Tile(tm, tn, rt, ct, int(parts[2]), int(parts[3]), parts[4:] == ["q"])
 
 
-CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "unembed": M.UNEMBED, "t_wide": M.T_WIDE, "t_narrow": M.T_NARROW,
-              "t_warp": M.T_WARP, "t_tall": M.T_TALL, "row": M.ROW, "t_deep": M.T_DEEP}
+CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "unembed": M.UNEMBED, "unembed_nofma": M.UNEMBED_NOFMA, "t_wide": M.T_WIDE,
+              "t_narrow": M.T_NARROW, "t_warp": M.T_WARP, "t_tall": M.T_TALL, "row": M.ROW, "t_deep": M.T_DEEP}
 # Many outputs (weight gradients, the training unembedding): big tiles, whose loads serve more fmas;
 # rows of 32 threads (x32), whose warps share their rows of A: one address a warp's A load.
 MANY_OUTPUTS = ["wide", "mid", "unembed", "8x4/8x16/32/3/q", "4x4/16x8/32/2/q", "8x2/8x16/32/2/q", "4x2/8x16/32/2", "4x2/8x16/64/2", "4x4/8x16/32/2/q", "2x2/8x16/64/3/q",
