@@ -70,7 +70,8 @@ KINDS = {
 # at once (their copies in flight while one is summed); QUAD: a warp's lanes in 2 x 2 quads (see build).
 Tile = namedtuple("Tile", "TM TN RT CT BK ST QUAD", defaults=(False,))
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = UNEMBED = UNEMBED_NOFMA = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = Tile(16, 16, 1, 1, 32, 3)
+    WIDE = MID = UNEMBED = UNEMBED_NOFMA = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = \
+        Tile(16, 16, 1, 1, 32, 3)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-02-h200-quad/sweep_fma.json)
     WIDE = Tile(4, 4, 8, 16, 32, 2)
     MID = Tile(4, 2, 8, 16, 32, 2, True)
@@ -142,9 +143,8 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
       than 1,024 columns (c_attn, c_fc), else of 8 x 12 (T_NARROW: 128 blocks for the 768-column
       products, at most one a multiprocessor); for the 768-column input gradients, blocks of one
       warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in 8 x 8 for the input gradient with 3,072
-      columns (T_TALL); the
-      unembedding's input gradient, whose 50,257-step sums stream wte from memory, T_WIDE with
-      10 chunks staged (dynamic shared memory).
+      columns (T_TALL); the unembedding's input gradient, whose 50,257-step sums stream wte from
+      memory, T_WIDE with 10 chunks staged (dynamic shared memory).
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
