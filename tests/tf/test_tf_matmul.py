@@ -22,6 +22,8 @@ from tf_numba.config import GPT2
 SMALL = M.Tile(1, 2, 2, 2, 4, 2)
 SMALL_2 = M.Tile(2, 1, 2, 2, 8, 3)  # two rows a thread: the vector loads across outputs
 SMALL_QUAD = M.Tile(2, 2, 2, 4, 4, 2, True)  # the quad lane layout, several copies a thread
+# UNEMBED's geometry scaled down: 4 rows and 4 columns a thread, strided where staged along s
+SMALL_WIDE = M.Tile(4, 4, 2, 2, 4, 2, True)
 SMALL_ROW = M.RowTile(4, 3, 4)  # several blocks, and chunks that end ragged
 # odd sizes: every copy moves one float; multiples of 4: 16-byte copies where a block's rows allow
 SIM_SHAPES = [SimpleNamespace(T=5, D=7, N=9, V=11), SimpleNamespace(T=6, D=8, N=12, V=16)]
@@ -181,8 +183,8 @@ def check(routine, shape, fused):
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="simulator shapes; a GPU runs GPT-2's")
-@pytest.mark.parametrize("small_tile", [None, SMALL, SMALL_2, SMALL_QUAD],
-                         ids=["tile_for", "small_tile", "small_tile_2", "small_quad"])
+@pytest.mark.parametrize("small_tile", [None, SMALL, SMALL_2, SMALL_QUAD, SMALL_WIDE],
+                         ids=["tile_for", "small_tile", "small_tile_2", "small_quad", "small_wide"])
 @pytest.mark.parametrize("fused", FUSED)
 @pytest.mark.parametrize("routine", list(ROUTINES))
 def test_tiled_equals_faithful(routine, fused, small_tile, monkeypatch):
