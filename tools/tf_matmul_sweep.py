@@ -53,14 +53,15 @@ CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "unembed": M.UNEMBED, "unembed_nofma
               "t_narrow": M.T_NARROW, "t_warp": M.T_WARP, "t_tall": M.T_TALL, "row": M.ROW, "t_deep": M.T_DEEP}
 # Many outputs (weight gradients, the training unembedding): big tiles, whose loads serve more fmas;
 # rows of 32 threads (x32), whose warps share their rows of A: one address a warp's A load.
-MANY_OUTPUTS = ["wide", "mid", "unembed", "8x4/8x16/32/3/q", "4x4/16x8/32/2/q", "8x2/8x16/32/2/q", "4x2/8x16/32/2", "4x2/8x16/64/2", "4x4/8x16/32/2/q", "2x2/8x16/64/3/q",
-                "4x2/4x32/32/2", "8x2/4x32/32/2", "4x4/4x32/32/2", "8x1/4x32/32/2", "8x2/2x32/32/3"]
+MANY_OUTPUTS = ["wide", "mid", "unembed", "unembed_nofma", "8x4/8x16/32/3/q", "8x2/8x16/32/2/q", "4x2/8x16/32/2",
+                "4x2/8x16/64/2", "4x4/8x16/32/2/q", "2x2/8x16/64/3/q", "4x2/4x32/32/2", "8x2/4x32/32/2",
+                "4x4/4x32/32/2", "8x1/4x32/32/2", "8x2/2x32/32/3"]
 # T rows: more outputs a thread against blocks few and small enough to spread over every
 # multiprocessor; the quad lane layout (/q) against the plain one, and rows of 32 threads.
-T_ROWS = ["t_wide", "t_narrow", "t_warp", "t_tall", "2x2/8x12/64/4/q", "2x2/8x8/64/4/q", "2x2/8x16/64/3", "2x2/8x8/64/4", "2x1/8x16/64/4/q",
-          "4x1/8x16/32/4/q", "4x2/4x16/64/3/q", "4x2/8x8/64/3/q", "2x4/8x8/64/3/q", "2x2/4x16/64/4/q", "2x2/4x32/64/3",
-          "2x2/2x32/64/4", "4x2/4x32/64/3", "4x2/2x32/64/3", "8x2/2x32/64/3", "4x1/4x32/64/3", "2x1/4x32/64/4",
-          "4x4/2x32/64/3", "8x1/2x32/64/3", "2x1/2x32/64/4"]
+T_ROWS = ["t_wide", "t_narrow", "t_warp", "t_tall", "2x2/8x12/64/4/q", "2x2/8x8/64/4/q", "2x2/8x16/64/3",
+          "2x2/8x8/64/4", "2x1/8x16/64/4/q", "4x1/8x16/32/4/q", "4x2/4x16/64/3/q", "4x2/8x8/64/3/q", "2x4/8x8/64/3/q",
+          "2x2/4x16/64/4/q", "2x2/4x32/64/3", "2x2/2x32/64/4", "4x2/4x32/64/3", "4x2/2x32/64/3", "8x2/2x32/64/3",
+          "4x1/4x32/64/3", "2x1/4x32/64/4", "4x4/2x32/64/3", "8x1/2x32/64/3", "2x1/2x32/64/4"]
 # the unembedding's input gradient: 50,257-step sums, many chunks in flight
 DEEP = ["t_deep", "2x2/8x16/64/10", "2x2/8x8/64/10/q", "2x2/4x32/64/10", "2x1/4x32/64/10", "4x1/4x32/64/10",
         "2x2/2x32/64/10", "2x1/8x16/64/10/q", "1x2/8x16/64/10/q"]
