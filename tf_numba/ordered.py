@@ -30,6 +30,7 @@ from cudakit.devmath import bits_float, float_bits
 from . import kernels as K  # its staged_sum, found when a kernel compiles (kernels imports this)
 
 I = np.int32  # every number here fits one: 32-bit arithmetic, no 64-bit pairs
+U = np.uint32  # and every index: unsigned, so that no index is checked for being negative
 BINADE = I(1 << 24)  # k at the top of a binade: 2^24 units of its spacing
 SAT = I(1 << 25)  # what an increment past any binade is kept at
 TIE = I(1 << 30)  # a packed term's flag: exactly half a unit past q
@@ -111,7 +112,7 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
     if t == 0:
         ctrl[3] = 1 if float_bits(s) < I(0) else 0
     cuda.syncthreads()
-    for v in range(t, n, THREADS):  # a term the scan does not take (the C's softmax makes none)
+    for v in range(np.uint64(t), np.uint64(n), np.uint64(THREADS)):  # a term the scan does not take (the C's softmax makes none)
         if float_bits(x[v]) < I(0) or not x[v] < np.inf:  # negative (-0 too), infinite or NaN
             ctrl[3] = 1
     cuda.syncthreads()
@@ -130,10 +131,12 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
             break
         # each thread's run of PER terms, packed, and its map
         base = pos + t * PER
+        at, last = U(base), U(n - 1)
         c0, c1 = I(0), I(0)
         for j in range(PER):  # a term past the end reads the last one and counts as zero: no branch
-            term = packed(x[min(base + j, n - 1)], E)
-            term = term if base + j < n else I(0)
+            v = U(at + U(j))
+            term = packed(x[U(min(v, last))], E)
+            term = term if v <= last else I(0)
             terms[j] = term
             c0 = I(min(step(c0, term), SAT))
             c1 = I(min(I(step(I(c1 + I(1)), term) - I(1)), SAT))
@@ -144,7 +147,7 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
         # the GROUPS threads turn their group's maps into each thread's exclusive prefix
         if t < GROUPS:
             a0, a1 = I(0), I(0)
-            for u in range(t * GROUP, (t + 1) * GROUP):
+            for u in range(np.uint64(t * GROUP), np.uint64((t + 1) * GROUP)):
                 a0, a1 = compose(a0, a1, maps0[u], maps1[u])
             groups0[t] = a0
             groups1[t] = a1
@@ -160,7 +163,7 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
         cuda.syncthreads()
         if t < GROUPS:
             a0, a1 = groups0[t], groups1[t]
-            for u in range(t * GROUP, (t + 1) * GROUP):
+            for u in range(np.uint64(t * GROUP), np.uint64((t + 1) * GROUP)):
                 b0, b1 = maps0[u], maps1[u]
                 maps0[u] = a0
                 maps1[u] = a1
