@@ -77,7 +77,7 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     unembed_rows, n = (m.last_rows, 1) if last_only else (rows, n)
     launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n, fused)
     if softmax:
-        launch.blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, a.unembedding.out, unembed_rows)
+        launch.unembedding_softmax(a.unembedding.out, unembed_rows, n, m.softmax_max, m.r_softmax_exp_sum)
     validation.time("unembedding")
     validation.sum("forward.unembedding", a.unembedding.out, T * V)
     validation.finish("forward")

@@ -73,7 +73,12 @@ SOFTMAX_OPTIONS = softmax_options(SOFTMAX_THREADS)
 # tf_unembedding_softmax_chain's two exp buffers, and the threads [0, CHAIN_WARP) that leave the
 # exps to the others (thread 0 adds)
 CHAIN_CHUNK, CHAIN_WARP = (32, 1) if config.ENABLE_CUDASIM else (4096, 32)
-SOFTMAX_LOADS = 16  # loads in flight a tf_unembedding_softmax thread
+SOFTMAX_LOADS = 16  # loads in flight a thread of the unembedding softmax's kernels
+# The softmax's max, exps and scaling (tf_unembedding_max, _exps, _scale) run as blocks of
+# SOFTMAX_PASS_THREADS over at most SOFTMAX_PARTS slices of a row, so that they reach every
+# multiprocessor; only the ordered sum (tf_unembedding_softmax) keeps a block a row.
+SOFTMAX_PASS_THREADS, SOFTMAX_PARTS = (8, 2) if config.ENABLE_CUDASIM else (256, 16)
+assert SOFTMAX_CHUNK <= SOFTMAX_THREADS * SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
 
 
 @cuda.jit
@@ -735,19 +740,101 @@ def row_scale(row, V, t, softmax_exp_sum, partial, got):
                 row[v] = mul(got[u], r_softmax_exp_sum)
 
 
+@cuda.jit(device=True)
+def block_max(m, t, part):
+    """The largest of the SOFTMAX_PASS_THREADS threads' m (exact in any order; none NaN), halved in
+    shared memory, for every thread."""
+    part[t] = m
+    cuda.syncthreads()
+    half = SOFTMAX_PASS_THREADS // 2
+    while half > 0:
+        if t < half and part[t + half] > part[t]:
+            part[t] = part[t + half]
+        cuda.syncthreads()
+        half //= 2
+    return part[0]
+
+
+@cuda.jit(device=True)
+def softmax_slice(V, parts, j):
+    """[lo, hi) of slice j of a row of V split into `parts`."""
+    L = -(-V // parts)
+    return min(V, j * L), min(V, (j + 1) * L)
+
+
+@cuda.jit
+def tf_unembedding_max(out, rows, parts, softmax_max):
+    """tf.c's softmax_max, by slices: block (row rows[0] + r, slice j of `parts`) writes the largest
+    of its slice of the logits to softmax_max[r, j] (SOFTMAX_LOADS loads in flight a thread)."""
+    r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
+    t = cuda.threadIdx.x
+    row = out[rows[0] + r]
+    lo, hi = softmax_slice(out.shape[1], parts, j)
+    part = cuda.shared.array(SOFTMAX_PASS_THREADS, np.float32)
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+    m = f32(-np.inf)
+    for v0 in range(lo + t, hi, SOFTMAX_PASS_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_PASS_THREADS
+            got[u] = row[v] if v < hi else f32(-np.inf)
+        for u in range(SOFTMAX_LOADS):
+            if got[u] > m:
+                m = got[u]
+    m = block_max(m, t, part)
+    if t == 0:
+        softmax_max[r, j] = m
+
+
+@cuda.jit
+def tf_unembedding_exps(out, rows, parts, softmax_max):
+    """tf.c's exps, by slices: block (row rows[0] + r, slice j) takes the row's max from its slices'
+    (softmax_max[r]) and writes expf(logit - max) over its slice of the logits."""
+    r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
+    t = cuda.threadIdx.x
+    row = out[rows[0] + r]
+    lo, hi = softmax_slice(out.shape[1], parts, j)
+    m = softmax_max[r, 0]
+    for q in range(1, parts):
+        if softmax_max[r, q] > m:
+            m = softmax_max[r, q]
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+    for v0 in range(lo + t, hi, SOFTMAX_PASS_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_PASS_THREADS
+            got[u] = row[v] if v < hi else ZERO
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_PASS_THREADS
+            if v < hi:
+                row[v] = expf(got[u] - m)
+
+
+@cuda.jit(device=True)
+def load_chunk(row, c0, n, t, got):
+    """Thread t's values of row[c0:c0 + n] (one load each, all in flight) into got."""
+    for u in range(SOFTMAX_LOADS):
+        v = t + u * SOFTMAX_THREADS
+        got[u] = row[c0 + v] if v < n else ZERO
+
+
+@cuda.jit(device=True)
+def store_chunk(chunk, n, t, got):
+    for u in range(SOFTMAX_LOADS):
+        v = t + u * SOFTMAX_THREADS
+        if v < n:
+            chunk[v] = got[u]
+
+
 @cuda.jit(**SOFTMAX_OPTIONS)
-def tf_unembedding_softmax(out, rows):
-    """Softmax of row rows[0] + blockIdx: the block finds the max (row_max), then a chunk at a
-    time computes the exps into the row and into shared memory, and adds them to the sum in
-    tf.c's order (ordered.ordered_sum: the chain's bits, scanned by the whole block); it scales by
-    the reciprocal (row_scale)."""
-    i = rows[0] + cuda.blockIdx.x
+def tf_unembedding_softmax(out, rows, r_softmax_exp_sum):
+    """tf.c's sum of a row's exps (row rows[0] + blockIdx, after tf_unembedding_exps), in its order:
+    a chunk at a time staged in shared memory and added by ordered.ordered_sum (the chain's bits,
+    scanned by the whole block), the next chunk's loads in flight meanwhile;
+    r_softmax_exp_sum[blockIdx] = 1.0f / the sum."""
+    r = cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
-    row = out[i]
-    partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
+    row = out[rows[0] + r]
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    softmax_max = row_max(row, V, t, partial, got)
     chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
     maps0 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
     maps1 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
@@ -755,22 +842,47 @@ def tf_unembedding_softmax(out, rows):
     groups1 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
     ctrl = cuda.shared.array(4, np.int32)
     softmax_exp_sum = ZERO
+    load_chunk(row, 0, min(SOFTMAX_CHUNK, V), t, got)
     for c0 in range(0, V, SOFTMAX_CHUNK):
         n = min(SOFTMAX_CHUNK, V - c0)
-        row_exps(row, chunk, c0, n, t, SOFTMAX_THREADS, softmax_max, got)
+        store_chunk(chunk, n, t, got)
         cuda.syncthreads()
+        if c0 + SOFTMAX_CHUNK < V:
+            load_chunk(row, c0 + SOFTMAX_CHUNK, min(SOFTMAX_CHUNK, V - c0 - SOFTMAX_CHUNK), t, got)
         # ends with a barrier after its last read of the chunk, which the next one overwrites
         softmax_exp_sum = ordered.ordered_sum(softmax_exp_sum, chunk, n, t, ordered.HEAD if c0 == 0 else 0,
                                               maps0, maps1, groups0, groups1, ctrl)
-    row_scale(row, V, t, softmax_exp_sum, partial, got)
+    if t == 0:
+        r_softmax_exp_sum[r] = ONE / softmax_exp_sum
+
+
+@cuda.jit
+def tf_unembedding_scale(out, rows, parts, r_softmax_exp_sum):
+    """tf.c's last softmax loop, by slices: block (row rows[0] + r, slice j) multiplies its slice of
+    exps by r_softmax_exp_sum[r]."""
+    r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
+    t = cuda.threadIdx.x
+    row = out[rows[0] + r]
+    lo, hi = softmax_slice(out.shape[1], parts, j)
+    scale = r_softmax_exp_sum[r]
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+    for v0 in range(lo + t, hi, SOFTMAX_PASS_THREADS * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_PASS_THREADS
+            got[u] = row[v] if v < hi else ZERO
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * SOFTMAX_PASS_THREADS
+            if v < hi:
+                row[v] = mul(got[u], scale)
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)
 def tf_unembedding_softmax_chain(out, rows):
-    """tf_unembedding_softmax with tf.c's sum as it is written, the reference of the ordered sum
-    (tests/tf/test_tf_ordered.py): the block finds the max; thread 0 adds the exps one by one, a
-    chunk at a time from shared memory, while the threads from CHAIN_WARP on compute the next
-    chunk's exps into the other buffer; the block scales by the reciprocal."""
+    """tf.c's softmax of row rows[0] + blockIdx in one kernel, its sum as it is written: the
+    reference of launch.unembedding_softmax's four (tests/tf/test_tf_ordered.py). The block finds
+    the max; thread 0 adds the exps one by one, a chunk at a time from shared memory, while the
+    threads from CHAIN_WARP on compute the next chunk's exps into the other buffer; the block
+    scales by the reciprocal."""
     i = rows[0] + cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
@@ -847,7 +959,7 @@ NEAR_MAX = f32(-2.0 ** -20)
 @cuda.jit
 def tf_argmax_logits(out, rows, tokens):
     """tf_argmax of the softmax of the logits in row end - 1, without the softmax: the faster
-    kernel beside tf_unembedding_softmax + tf_argmax (test_argmax_logits_is_the_softmax_argmax in
+    kernel beside the unembedding softmax + tf_argmax (test_argmax_logits_is_the_softmax_argmax in
     tests/tf/test_tf_generate.py holds them equal). The softmax's probabilities are p_v = e_v * r,
     e_v = expf(logit_v - max) and r = 1 / sum: monotone in e_v, and e_v <= 1 = e at the max.
     For e_v < 1, e_v is at most 1 - 2^-24, and

@@ -42,6 +42,27 @@ def blocks(kernel, grid, block, shared_bytes, *args):
     kernel[grid, block, Target.stream, shared_bytes](*args)
 
 
+def softmax_parts(n):
+    """Slices a row of the unembedding softmax's max, exps and scaling are spread over: about
+    four blocks a multiprocessor for n rows."""
+    if config.ENABLE_CUDASIM:
+        return K.SOFTMAX_PARTS
+    return min(K.SOFTMAX_PARTS, -(-4 * multiprocessors() // n))
+
+
+def unembedding_softmax(out, rows, n, softmax_max, r_softmax_exp_sum):
+    """tf.c's softmax of the n rows of logits from rows[0], in place: the max and the exps over
+    slices of each row (tf_unembedding_max, tf_unembedding_exps), their sum in tf.c's order a
+    block a row (tf_unembedding_softmax), the scaling over slices (tf_unembedding_scale).
+    softmax_max holds each row's slices' maxima (n x SOFTMAX_PARTS), r_softmax_exp_sum each
+    row's 1.0f / sum."""
+    parts = softmax_parts(n)
+    for kernel, scratch in ((K.tf_unembedding_max, softmax_max), (K.tf_unembedding_exps, softmax_max)):
+        blocks(kernel, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, scratch)
+    blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, out, rows, r_softmax_exp_sum)
+    blocks(K.tf_unembedding_scale, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, r_softmax_exp_sum)
+
+
 def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):
     """tf_ln over the n samples from rows[0], a block each."""
     blocks(K.tf_ln, n, K.LN_THREADS, 0, weight, bias, inp, r_std, mean, out, rows, fused)

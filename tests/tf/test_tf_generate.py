@@ -155,7 +155,7 @@ def argmax_rows():
 
 @pytest.mark.parametrize("row", range(len(argmax_rows())))
 def test_argmax_logits_is_the_softmax_argmax(row):
-    """tf_argmax_logits on the logits gives tf_unembedding_softmax + tf_argmax's token (generation's
+    """tf_argmax_logits on the logits gives the unembedding softmax + tf_argmax's token (generation's
     faithful pair), on rows built to tell them apart."""
     from numba import cuda
 
@@ -169,7 +169,8 @@ def test_argmax_logits_is_the_softmax_argmax(row):
         rows = cuda.to_device(np.array([row, row + 1], dtype=np.int64))
         made = cuda.to_device(np.zeros(len(logits) + 1, dtype=np.uint16))
         if kernel == "faithful":
-            launch.blocks(K.tf_unembedding_softmax, 1, K.SOFTMAX_THREADS, 0, out, rows)
+            launch.unembedding_softmax(out, rows, 1, cuda.device_array((1, K.SOFTMAX_PARTS), np.float32),
+                                       cuda.device_array(1, np.float32))
             launch.blocks(K.tf_argmax, 1, K.ARGMAX_THREADS, 0, out, rows, made)
         else:
             launch.blocks(K.tf_argmax_logits, 1, K.ARGMAX_THREADS, 0, out, rows, made)

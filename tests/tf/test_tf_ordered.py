@@ -101,18 +101,25 @@ def softmax_reference(logits):
     return exps * r
 
 
-@pytest.mark.parametrize("kernel", ["tf_unembedding_softmax", "tf_unembedding_softmax_chain"], ids=["scan", "chain"])
+@pytest.mark.parametrize("kernel", ["scan", "chain"])
 @pytest.mark.parametrize("scale", [1.0, 30.0], ids=["logits", "wide_logits"])
 def test_unembedding_softmax_equals_tf_c(scale, kernel):
-    """tf_unembedding_softmax (the passes' kernel: the ordered sum) and tf_unembedding_softmax_chain
-    (tf.c's chain, its reference), each on rows of logits as forward.py launches them, against the
-    numpy loop."""
+    """launch.unembedding_softmax (the passes' kernels: max, exps and scaling over slices of a row,
+    the ordered sum between) and tf_unembedding_softmax_chain (tf.c's chain, its reference, one
+    block a row), each on rows of logits as forward.py launches them, against the numpy loop. The
+    rows start at 1, so that a kernel that took rows[0] for 0 would fail."""
     V = 50257 if not config.ENABLE_CUDASIM else 3 * CHUNK // 2 + 5
     T = 4 if not config.ENABLE_CUDASIM else 2
     rng = np.random.default_rng(int(scale))
-    logits = (rng.standard_normal((T, V)) * scale).astype(np.float32)
+    logits = (rng.standard_normal((T + 1, V)) * scale).astype(np.float32)
     out = cuda.to_device(logits)
-    launch.blocks(getattr(K, kernel), T, K.SOFTMAX_THREADS, 0, out, cuda.to_device(np.array([0, T], np.int64)))
+    rows = cuda.to_device(np.array([1, T + 1], np.int64))
+    if kernel == "scan":
+        launch.unembedding_softmax(out, rows, T, cuda.device_array((T, K.SOFTMAX_PARTS), np.float32),
+                                   cuda.device_array(T, np.float32))
+    else:
+        launch.blocks(K.tf_unembedding_softmax_chain, T, K.SOFTMAX_THREADS, 0, out, rows)
     got = out.copy_to_host()
-    for i in range(T):
+    assert np.array_equal(got[0].view(np.uint32), logits[0].view(np.uint32))  # not one of the rows
+    for i in range(1, T + 1):
         assert np.array_equal(got[i].view(np.uint32), softmax_reference(logits[i]).view(np.uint32)), i

@@ -1,12 +1,14 @@
-"""The unembedding softmax alone: tf_unembedding_softmax (the ordered sum, scanned by the block)
-against tf_unembedding_softmax_chain (tf.c's chain of adds), on T rows of GPT-2's 50,257 logits,
-each kernel timed as a CUDA graph of 20 launches (tf_matmul_sweep.time_kernel). The softmax runs
-in place, so the later launches take rows of probabilities: the same work (every pass, every exp,
-every add). Also the kernels' bits against each other on the first launch.
+"""The unembedding softmax alone: launch.unembedding_softmax (the max, exps and scaling over slices
+of each row, the ordered sum scanned by a block a row) against tf_unembedding_softmax_chain (tf.c's
+chain of adds, a block a row), on T rows of GPT-2's 50,257 logits, each timed as a CUDA graph
+replayed (bench_tf.timed_replays). The softmax runs in place, so the later replays take rows of
+probabilities: the same work (every pass, every exp, every add). Also the two's bits against each
+other on the first run.
 
 With a geometry THREADS/PER/GROUPS/HEAD (ordered.py's constants: the block's threads, the terms a
-thread packs a round, the scan's groups, the terms one thread adds first) both kernels are built
-with it, before anything compiles, and limited to the registers that many threads may hold.
+thread packs a round, the scan's groups, the terms one thread adds first) the ordered sum's
+kernel and the chain are built with it, before anything compiles, and limited to the registers
+that many threads may hold.
 
     python3 tools/experiments/softmax_probe.py [T [THREADS/PER/GROUPS/HEAD]]      (a GPU)
 """
@@ -20,35 +22,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from numba import cuda  # noqa: E402
 
-from tf_matmul_sweep import time_kernel  # noqa: E402
+from bench_tf import timed_replays  # noqa: E402
+
+from cudakit.stream import Recorded  # noqa: E402
 from tf_numba import kernels as K  # noqa: E402
-from tf_numba import ordered  # noqa: E402
+from tf_numba import launch, ordered  # noqa: E402
 
 
 def geometry(text):
-    """ordered.py's and kernels.py's softmax constants set to THREADS/PER/GROUPS/HEAD; the two
-    kernels rebuilt with as many registers as a block of THREADS may hold."""
+    """ordered.py's and kernels.py's softmax constants set to THREADS/PER/GROUPS/HEAD; the ordered
+    sum's kernel and the chain rebuilt with as many registers as a block of THREADS may hold."""
     threads, per, groups, head = map(int, text.split("/"))
     ordered.THREADS, ordered.PER, ordered.GROUPS, ordered.HEAD = threads, per, groups, head
     ordered.GROUP, ordered.WINDOW = ordered.layout(threads, per, groups)
     K.SOFTMAX_THREADS, K.SOFTMAX_GROUPS, K.SOFTMAX_CHUNK = threads, groups, ordered.WINDOW
     options = K.softmax_options(threads)
-    return [cuda.jit(**options)(k.py_func) for k in (K.tf_unembedding_softmax, K.tf_unembedding_softmax_chain)]
+    for name in ("tf_unembedding_softmax", "tf_unembedding_softmax_chain"):
+        setattr(K, name, cuda.jit(**options)(getattr(K, name).py_func))
 
 
 def main():
     T = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    kernels = geometry(sys.argv[2]) if len(sys.argv) > 2 else (K.tf_unembedding_softmax, K.tf_unembedding_softmax_chain)
-    print(f"geometry {ordered.THREADS}/{ordered.PER}/{ordered.GROUPS}/{ordered.HEAD}")
+    if len(sys.argv) > 2:
+        geometry(sys.argv[2])
+    print(f"geometry {ordered.THREADS}/{ordered.PER}/{ordered.GROUPS}/{ordered.HEAD}, "
+          f"{launch.softmax_parts(T)} slices a row")
     logits = np.random.default_rng(0).standard_normal((T, 50257), dtype=np.float32)
     rows = cuda.to_device(np.array([0, T], np.int64))
+    scratch = cuda.device_array((T, K.SOFTMAX_PARTS), np.float32), cuda.device_array(T, np.float32)
+    passes = {
+        "launch.unembedding_softmax": lambda out: launch.unembedding_softmax(out, rows, T, *scratch),
+        "tf_unembedding_softmax_chain": lambda out: launch.blocks(K.tf_unembedding_softmax_chain, T,
+                                                                  K.SOFTMAX_THREADS, 0, out, rows),
+    }
     first = {}
-    for kernel in kernels:
+    for label, run in passes.items():
         out = cuda.to_device(logits)
-        kernel[T, ordered.THREADS](out, rows)
-        first[kernel.__name__] = out.copy_to_host()
-        us = time_kernel(kernel, T, ordered.THREADS, (out, rows))
-        print(f"{kernel.__name__:32} {us:8.1f} us a launch ({T} rows)", flush=True)
+        run(out)
+        first[label] = out.copy_to_host()
+        us = timed_replays(Recorded(lambda: run(out)), 20) * 1e6
+        print(f"{label:32} {us:8.1f} us a run ({T} rows)", flush=True)
     a, b = first.values()
     print("same bits:", np.array_equal(a.view(np.uint32), b.view(np.uint32)))
 
