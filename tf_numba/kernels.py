@@ -216,26 +216,19 @@ def sequential_mad(total, x, y, n, scale, scaled, fused):
     return total
 
 
-# Steps of a staged chain between loop tests: long chains (the layer norms' 768) take runs of
-# STAGED_LONG, what is left and short ones (attention's, up to T) runs of STAGED_UNROLL, so that
-# few steps go one at a time. Each run starts by waiting on its first loads: 2.54 ns a step with
-# runs of 32, 2.32 with 64, 2.22 with 128 (tools/experiments/chain_probe.py, H200, 2026-12-03).
-STAGED_LONG, STAGED_UNROLL = np.uint64(128), np.uint64(32)
+STAGED_UNROLL = np.uint64(32)  # steps of a staged chain between loop tests
 U1 = np.uint64(1)
 
 
 @cuda.jit(device=True)
 def staged_dot(total, x, x0, x_step, y, y0, y_step, n, fused):
     """total + x[x0 + k * x_step] * y[y0 + k * y_step] for k < n ascending (mad: fused or not): a
-    chain over values staged in shared memory. A run's steps have one address plus constants
+    chain over values staged in shared memory. STAGED_UNROLL steps have one address plus constants
     (unsigned offsets: no negative-index fix-up), so the GPU compiler issues their loads ahead of
-    the chain, vectorised where they are contiguous: a step costs about the add's latency."""
+    the chain, vectorised where they are contiguous: a step costs about the add's latency (2.5 ns
+    on the H200, tools/experiments/chain_probe.py)."""
     k = np.uint64(0)
     n = np.uint64(n)
-    while k + STAGED_LONG <= n:
-        for u in range(STAGED_LONG):
-            total = mad(fused, x[x0 + (k + np.uint64(u)) * x_step], y[y0 + (k + np.uint64(u)) * y_step], total)
-        k += STAGED_LONG
     while k + STAGED_UNROLL <= n:
         for u in range(STAGED_UNROLL):
             total = mad(fused, x[x0 + (k + np.uint64(u)) * x_step], y[y0 + (k + np.uint64(u)) * y_step], total)
@@ -251,10 +244,6 @@ def staged_sum(total, x, x0, n):
     """total + x[x0] + x[x0 + 1] + ... (n values) in order, in float32, as staged_dot."""
     k = np.uint64(0)
     n = np.uint64(n)
-    while k + STAGED_LONG <= n:
-        for u in range(STAGED_LONG):
-            total += x[x0 + k + np.uint64(u)]
-        k += STAGED_LONG
     while k + STAGED_UNROLL <= n:
         for u in range(STAGED_UNROLL):
             total += x[x0 + k + np.uint64(u)]
@@ -271,11 +260,6 @@ def staged_squared_differences(total, x, m, n, fused):
     tf_ln's variance, each difference rounded on its own as tf.c's `diff` is."""
     k = np.uint64(0)
     n = np.uint64(n)
-    while k + STAGED_LONG <= n:
-        for u in range(STAGED_LONG):
-            d = x[k + np.uint64(u)] - m
-            total = mad(fused, d, d, total)
-        k += STAGED_LONG
     while k + STAGED_UNROLL <= n:
         for u in range(STAGED_UNROLL):
             d = x[k + np.uint64(u)] - m
