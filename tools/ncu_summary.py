@@ -31,27 +31,33 @@ def short_name(name):
     return parts[-1] if parts else name
 
 
-def read(path):
+def csv_lines(path, prog, how):
+    """The CSV records of ncu's output in `path` (its own log lines, which come first, left out);
+    a file that cannot be one exits with a line that says `how` to make it."""
     kind = not_a_file(path)
     if kind:  # a FIFO would block the read, a device never end it
-        raise SystemExit(f"ncu_summary: {path} is {kind}, not a file; give ncu's --log-file")
+        raise SystemExit(f"{prog}: {path} is {kind}, not a file; {how}")
     try:
         with open(path, newline="") as f:
-            lines = [line for line in f if line.startswith('"')]  # ncu's own log lines come first
-        rows = list(csv.DictReader(lines))
+            return list(csv.reader([line for line in f if line.startswith('"')]))
     except OSError as exc:
-        raise SystemExit(f"ncu_summary: cannot read {path} ({exc.strerror}); give ncu's --log-file")
+        raise SystemExit(f"{prog}: cannot read {path} ({exc.strerror}); {how}")
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise SystemExit(f"ncu_summary: {path} is not ncu's CSV ({exc}); run ncu with --csv --log-file")
+        raise SystemExit(f"{prog}: {path} is not ncu's CSV ({exc}); {how}")
+
+
+def read(path):
+    lines = csv_lines(path, "ncu_summary", "run ncu with --csv --log-file")
+    rows = [dict(zip(lines[0], line)) for line in lines[1:]] if lines else []
     if not rows or not all(column in rows[0] for column in COLUMNS):
         raise SystemExit(f"ncu_summary: {path} holds no ncu CSV metric rows; run ncu with --csv --log-file")
     times = []
     for r in rows:
-        if r["Metric Name"] == "gpu__time_duration.sum":
+        if r.get("Metric Name") == "gpu__time_duration.sum":
             try:
-                times.append((short_name(r["Kernel Name"] or ""), float((r["Metric Value"] or "").replace(",", ""))))
+                times.append((short_name(r.get("Kernel Name", "")), float(r.get("Metric Value", "").replace(",", ""))))
             except ValueError:
-                raise SystemExit(f"ncu_summary: {path}: metric value {r['Metric Value']!r} is not a number; "
+                raise SystemExit(f"ncu_summary: {path}: metric value {r.get('Metric Value', '')!r} is not a number; "
                                  "run ncu with --print-units base") from None
     return times
 
