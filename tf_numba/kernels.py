@@ -681,19 +681,27 @@ def tf_unembedding(wte, ln_f, out, rows, fused):
 
 
 @cuda.jit(device=True)
-def row_max(row, V, t, partial, got):
-    """The largest of row[0:V] (exact in any order): each of the block's SOFTMAX_THREADS threads
-    takes every SOFTMAX_THREADS-th value, SOFTMAX_LOADS loads in flight (the row is 50,257 floats
-    and 64 blocks read the logits at once: one load at a time waits on each), then thread 0
-    takes the largest of theirs. Every thread gets it."""
+def slice_max(row, lo, hi, t, threads):
+    """The largest of thread t's share of row[lo:hi] (every threads-th value), SOFTMAX_LOADS loads
+    in flight: the row is 50,257 floats and many blocks read the logits at once, so one load at a
+    time would wait on each."""
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
     m = f32(-np.inf)
-    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
+    for v0 in range(lo + t, hi, threads * SOFTMAX_LOADS):
         for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_THREADS
-            got[u] = row[v] if v < V else f32(-np.inf)
+            v = v0 + u * threads
+            got[u] = row[v] if v < hi else f32(-np.inf)
         for u in range(SOFTMAX_LOADS):
             if got[u] > m:
                 m = got[u]
+    return m
+
+
+@cuda.jit(device=True)
+def row_max(row, V, t, partial):
+    """The largest of row[0:V] (exact in any order): each of the block's SOFTMAX_THREADS threads
+    takes its share (slice_max), then thread 0 takes the largest of theirs. Every thread gets it."""
+    m = slice_max(row, 0, V, t, SOFTMAX_THREADS)
     partial[t] = m
     cuda.syncthreads()
     if t == 0:
@@ -723,21 +731,13 @@ def row_exps(row, chunk, c0, n, t, threads, softmax_max, got):
 
 
 @cuda.jit(device=True)
-def row_scale(row, V, t, softmax_exp_sum, partial, got):
+def row_scale(row, V, t, softmax_exp_sum, partial):
     """tf.c's last softmax loop: each exp in row[0:V] times 1.0f / the sum (thread 0's division,
-    shared through partial[1]), SOFTMAX_LOADS loads in flight a thread."""
+    shared through partial[1]), by slice_pass over the whole row."""
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()
-    r_softmax_exp_sum = partial[1]
-    for v0 in range(t, V, SOFTMAX_THREADS * SOFTMAX_LOADS):
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_THREADS
-            got[u] = row[v] if v < V else ZERO
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_THREADS
-            if v < V:
-                row[v] = mul(got[u], r_softmax_exp_sum)
+    slice_pass(row, 0, V, t, SOFTMAX_THREADS, partial[1], False)
 
 
 @cuda.jit(device=True)
@@ -771,18 +771,24 @@ def tf_unembedding_max(out, rows, parts, softmax_max):
     row = out[rows[0] + r]
     lo, hi = softmax_slice(out.shape[1], parts, j)
     part = cuda.shared.array(SOFTMAX_PASS_THREADS, np.float32)
-    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    m = f32(-np.inf)
-    for v0 in range(lo + t, hi, SOFTMAX_PASS_THREADS * SOFTMAX_LOADS):
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_PASS_THREADS
-            got[u] = row[v] if v < hi else f32(-np.inf)
-        for u in range(SOFTMAX_LOADS):
-            if got[u] > m:
-                m = got[u]
-    m = block_max(m, t, part)
+    m = block_max(slice_max(row, lo, hi, t, SOFTMAX_PASS_THREADS), t, part)
     if t == 0:
         softmax_max[r, j] = m
+
+
+@cuda.jit(device=True)
+def slice_pass(row, lo, hi, t, threads, value, exps):
+    """Thread t's share of row[lo:hi] (every threads-th value), in place, SOFTMAX_LOADS loads in
+    flight: expf(x - value) when `exps` (tf.c's exps), else x * value (its scaling)."""
+    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
+    for v0 in range(lo + t, hi, threads * SOFTMAX_LOADS):
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * threads
+            got[u] = row[v] if v < hi else ZERO
+        for u in range(SOFTMAX_LOADS):
+            v = v0 + u * threads
+            if v < hi:
+                row[v] = expf(got[u] - value) if exps else mul(got[u], value)
 
 
 @cuda.jit
@@ -790,22 +796,12 @@ def tf_unembedding_exps(out, rows, parts, softmax_max):
     """tf.c's exps, by slices: block (row rows[0] + r, slice j) takes the row's max from its slices'
     (softmax_max[r]) and writes expf(logit - max) over its slice of the logits."""
     r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
-    t = cuda.threadIdx.x
-    row = out[rows[0] + r]
     lo, hi = softmax_slice(out.shape[1], parts, j)
     m = softmax_max[r, 0]
     for q in range(1, parts):
         if softmax_max[r, q] > m:
             m = softmax_max[r, q]
-    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    for v0 in range(lo + t, hi, SOFTMAX_PASS_THREADS * SOFTMAX_LOADS):
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_PASS_THREADS
-            got[u] = row[v] if v < hi else ZERO
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_PASS_THREADS
-            if v < hi:
-                row[v] = expf(got[u] - m)
+    slice_pass(out[rows[0] + r], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, m, True)
 
 
 @cuda.jit(device=True)
@@ -861,19 +857,8 @@ def tf_unembedding_scale(out, rows, parts, r_softmax_exp_sum):
     """tf.c's last softmax loop, by slices: block (row rows[0] + r, slice j) multiplies its slice of
     exps by r_softmax_exp_sum[r]."""
     r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
-    t = cuda.threadIdx.x
-    row = out[rows[0] + r]
     lo, hi = softmax_slice(out.shape[1], parts, j)
-    scale = r_softmax_exp_sum[r]
-    got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    for v0 in range(lo + t, hi, SOFTMAX_PASS_THREADS * SOFTMAX_LOADS):
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_PASS_THREADS
-            got[u] = row[v] if v < hi else ZERO
-        for u in range(SOFTMAX_LOADS):
-            v = v0 + u * SOFTMAX_PASS_THREADS
-            if v < hi:
-                row[v] = mul(got[u], scale)
+    slice_pass(out[rows[0] + r], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, r_softmax_exp_sum[r], False)
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)
@@ -889,7 +874,7 @@ def tf_unembedding_softmax_chain(out, rows):
     row = out[i]
     partial = cuda.shared.array(SOFTMAX_THREADS, np.float32)
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    softmax_max = row_max(row, V, t, partial, got)
+    softmax_max = row_max(row, V, t, partial)
     chunks = cuda.shared.array((2, CHAIN_CHUNK), np.float32)
     n_chunks = -(-V // CHAIN_CHUNK)
     softmax_exp_sum = ZERO
@@ -905,7 +890,7 @@ def tf_unembedding_softmax_chain(out, rows):
             c0 = (c - 1) * CHAIN_CHUNK
             softmax_exp_sum = staged_sum(softmax_exp_sum, chunks[(c - 1) % 2], np.uint64(0), min(CHAIN_CHUNK, V - c0))
         cuda.syncthreads()
-    row_scale(row, V, t, softmax_exp_sum, partial, got)
+    row_scale(row, V, t, softmax_exp_sum, partial)
 
 
 @cuda.jit(device=True)
