@@ -1,6 +1,6 @@
-"""Shared test plumbing: the project's paths, ../shared (seeds, data, anchors), and when a real GPU
-is there. Test modules import ROOT, FIXTURES and SHARED from here; `tools/` is on sys.path through
-pyproject's pytest settings."""
+"""Shared test plumbing: the project's paths, ../shared (seeds, data, anchors), when a real GPU is
+there, and the check of a tool's one-line failure. Test modules import ROOT, FIXTURES, SHARED and
+one_line_failure from here; `tools/` is on sys.path through pyproject's pytest settings."""
 import os
 from pathlib import Path
 
@@ -13,6 +13,15 @@ FIXTURES = ROOT / "tests" / "fixtures"
 SHARED = Path(os.environ.get("MICROGPT_SHARED", ROOT.parent / "shared"))
 # A subprocess running the project (python -m microgpt_numba, a tool) finds the packages here.
 PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
+def one_line_failure(done, code, prefix, *words):
+    """A tool's run (subprocess.run's result) exited with `code` and wrote one line to stderr,
+    starting with `prefix` and holding every word, with no traceback."""
+    assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(prefix) and "Traceback" not in done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
 
 
 def real_gpu_reason():

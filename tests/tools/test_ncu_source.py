@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, one_line_failure
 
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
           '"# Samples","Instructions Executed"')
@@ -45,10 +45,7 @@ def test_splits_at_barriers_and_exits(tmp_path):
 
 
 def one_line(done, code, *words):
-    assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("ncu_source: ") and "Traceback" not in done.stderr
-    for word in words:
-        assert word in done.stderr, done.stderr
+    one_line_failure(done, code, "ncu_source: ", *words)
 
 
 def test_bad_inputs_are_one_line(tmp_path):

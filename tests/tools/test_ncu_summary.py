@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, one_line_failure
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
@@ -46,10 +46,7 @@ def summary(*args):
 
 
 def one_line(done, code, *words):
-    assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("ncu_summary: ") and "Traceback" not in done.stderr
-    for word in words:
-        assert word in done.stderr, done.stderr
+    one_line_failure(done, code, "ncu_summary: ", *words)
 
 
 def test_a_fifo_or_a_device_is_refused(tmp_path):
