@@ -30,7 +30,7 @@ from cudakit.devmath import bits_float, float_bits
 from . import kernels as K  # its staged_sum, found when a kernel compiles (kernels imports this)
 
 I = np.int32  # every number here fits one: 32-bit arithmetic, no 64-bit pairs
-U = np.uint32  # and every index: unsigned, so that no index is checked for being negative
+U = np.uint32  # the packing loop's indices: unsigned, so that none is checked for being negative
 BINADE = I(1 << 24)  # k at the top of a binade: 2^24 units of its spacing
 SAT = I(1 << 25)  # what an increment past any binade is kept at
 TIE = I(1 << 30)  # a packed term's flag: exactly half a unit past q
@@ -112,7 +112,8 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
     if t == 0:
         ctrl[3] = 1 if float_bits(s) < I(0) else 0
     cuda.syncthreads()
-    for v in range(np.uint64(t), np.uint64(n), np.uint64(THREADS)):  # a term the scan does not take (the C's softmax makes none)
+    # a term the scan does not take (the C's softmax makes none)
+    for v in range(np.uint64(t), np.uint64(n), np.uint64(THREADS)):
         if float_bits(x[v]) < I(0) or not x[v] < np.inf:  # negative (-0 too), infinite or NaN
             ctrl[3] = 1
     cuda.syncthreads()
