@@ -814,6 +814,7 @@ def load_chunk(row, c0, n, t, got):
 
 @cuda.jit(device=True)
 def store_chunk(chunk, n, t, got):
+    """load_chunk's values into chunk[0:n] (shared memory), where the ordered sum reads them."""
     for u in range(SOFTMAX_LOADS):
         v = t + u * SOFTMAX_THREADS
         if v < n:
