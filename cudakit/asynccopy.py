@@ -8,6 +8,11 @@ lands in shared memory by itself; `commit()` closes the group of copies a thread
 and `wait(n)` returns once at most n of its groups are still in flight. As with any write to
 shared memory, other threads may read a copy only after a barrier that follows the wait.
 
+A kernel that copies the same pattern chunk after chunk can take its addresses once:
+`shared_address` and `global_address` give an element's address in its state space (UNIT more a
+float further on), and `copy_at(width)` copies `width` whole floats between two such addresses,
+with no index arithmetic at all.
+
 In the simulator a copy is done when it starts, so commit and wait have nothing to do.
 """
 import functools
@@ -35,6 +40,22 @@ if config.ENABLE_CUDASIM:
         def wait_group():
             pass
         return wait_group
+
+    UNIT = 1  # the simulator's addresses are element indices
+
+    def shared_address(x, i):
+        return i
+
+    global_address = shared_address
+
+    @functools.cache
+    def copy_at(width):
+        def copy(dst, d, src, s):
+            """copy_async(width)(dst, d, src, s, width), at shared_address and global_address's addresses."""
+            i, j = divmod(int(s), src.shape[1])
+            for k in range(width):
+                dst[int(d) + k] = src[i, j + k]
+        return copy
 
 else:
     from llvmlite import ir
@@ -97,3 +118,49 @@ else:
             return types.void(), codegen
 
         return wait_group
+
+    UNIT = 4  # bytes a float
+
+    def _address(space):
+        @intrinsic
+        def address(typingctx, x, i):
+            if x.dtype != types.float32:
+                return None
+
+            def codegen(context, builder, signature, args):
+                x_ty, i_ty = signature.args
+                i64 = ir.IntType(64)
+                ptr = context.make_array(x_ty)(context, builder, args[0]).data
+                p = builder.ptrtoint(builder.gep(ptr, [context.cast(builder, args[1], i_ty, types.int64)]), i64)
+                return builder.call(ir.InlineAsm(ir.FunctionType(i64, [i64]), f"cvta.to.{space}.u64 $0, $1;", "=l,l"),
+                                    [p])
+
+            return types.uint64(x, i), codegen
+
+        return address
+
+    # the address of x.flat[i] (a float32 array) in its state space, as cp.async takes it: a
+    # shared array's (32 bits significant), a global one's
+    shared_address, global_address = _address("shared"), _address("global")
+
+    @functools.cache
+    def copy_at(width):
+        """Start a copy of `width` floats from the global address s to the shared address d
+        (shared_address, global_address; both 4 * width bytes aligned). dst and src are not read: they name the
+        arrays, as the simulator's copy needs them."""
+        assert width in (1, 4)
+        op = "cp.async.cg.shared.global" if width == 4 else "cp.async.ca.shared.global"
+
+        @intrinsic
+        def copy(typingctx, dst, d, src, s):
+            sig = types.void(dst, d, src, s)
+
+            def codegen(context, builder, signature, args):
+                d32 = builder.trunc(context.cast(builder, args[1], signature.args[1], types.uint64), ir.IntType(32))
+                s64 = context.cast(builder, args[3], signature.args[3], types.uint64)
+                _asm(builder, f"{op} [$0], [$1], {4 * width};", [d32, s64], "r,l,~{memory}")
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return copy
