@@ -41,11 +41,13 @@ from numba import config, cuda
 
 from cudakit.arrays import address
 from cudakit import sharedmem
-from cudakit.asynccopy import commit, copy_async, wait
+from cudakit.asynccopy import UNIT, commit, copy_async, copy_at, global_address, shared_address, wait
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
 from .kernels import U, U1, gelu, gelu_back, staged_dot
+
+U32 = np.uint32  # see build's chunk counters
 
 f32 = np.float32
 ZERO = f32(0.0)
@@ -276,36 +278,18 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     wait_staged = wait(ST - 2)
     store = make_store(epilogue, fused)
 
-    def make_issue(by_s, ROWS, ROW_LEN, W, full, inside):
+    def make_issue(by_s, ROWS, ROW_LEN, W, full):
         """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
         each (zeros past the edges: staged, never summed). The operand is x[s, o] (by_s) or
         x[o, s], for its ROWS outputs from o0; consecutive threads copy consecutive runs. Every
-        index is unsigned (no negative-index fix-ups), a `full` chunk skips the check on s, and
-        a block whose outputs are all `inside` the output skips the checks on o."""
+        index is unsigned (no negative-index fix-ups), and a `full` chunk skips the check on s.
+        This is the copies of a block at an edge of the output, or of the last, partial chunk;
+        make_rows' are the others'."""
         assert (ROWS if by_s else BK) % W == 0 or W == 1
         PER_ROW = (ROWS if by_s else BK) // W  # runs in a staged row
         RUNS = BK * ROWS // W
         COPIES, EXACT = -(-RUNS // NT), RUNS % NT == 0
         copy = copy_async(W)
-
-        if inside and NT % PER_ROW == 0:
-            # A thread's copies then lie STRIDE staged rows apart, in the source and in the
-            # buffer: the first one's addresses, then one add each (no index arithmetic a copy).
-            STRIDE = NT // PER_ROW
-
-            @cuda.jit(device=True)
-            def issue_rows(x, s0, S, o0, o_end, ld, t, buf, base):
-                row, col = t // U(PER_ROW), t % U(PER_ROW) * U(W)
-                src = (s0 + row) * ld + o0 + col if by_s else (o0 + row) * ld + s0 + col
-                dst = base + row * U(ROW_LEN) + col
-                step = U(STRIDE) * ld
-                for r in range(COPIES):
-                    if EXACT or t + U(r * NT) < U(RUNS):
-                        copy(buf, dst, x, src, U(W))
-                    src += step
-                    dst += U(STRIDE * ROW_LEN)
-
-            return issue_rows
 
         @cuda.jit(device=True)
         def issue(x, s0, S, o0, o_end, ld, t, buf, base):
@@ -314,41 +298,73 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                 if EXACT or q < U(RUNS):
                     row, col = q // U(PER_ROW), q % U(PER_ROW) * U(W)
                     s, o = (s0 + row, o0 + col) if by_s else (s0 + col, o0 + row)
-                    n = U(W)
-                    if not inside:
-                        n = U(0)
-                        if o < o_end and (full or s < S):
-                            n = min(o_end - o, U(W)) if by_s else (U(W) if full else min(S - s, U(W)))
+                    n = U(0)
+                    if o < o_end and (full or s < S):
+                        n = min(o_end - o, U(W)) if by_s else (U(W) if full else min(S - s, U(W)))
                     src = s * ld + o if by_s else o * ld + s
                     copy(buf, base + row * U(ROW_LEN) + col, x, src if n > U(0) else U(0), n)
 
         return issue
 
-    def make_issue_both(full, inside=False):
-        issue_a = make_issue(a_trans, BM, A_ROW, wa, full, inside)
-        issue_b = make_issue(not b_by_output, BN, B_ROW, wb, full, inside)
+    def make_rows(by_s, ROWS, ROW_LEN, W):
+        """The copies of a full chunk of a block inside the output, which need no check:
+        (first, issue). A thread's copies lie STRIDE staged rows apart, in the source and in
+        the buffer, the same in every chunk, so `first` finds its first copy's addresses once,
+        before the chunks: chunk c's are those moved on c chunks and by its slot, and its r-th
+        copy's are r steps further, so a copy costs two adds. Indexing each chunk's copies afresh
+        was a third of the instructions of tf_fc's chunk loop (ptxas 13.0, sm_90)."""
+        PER_ROW = (ROWS if by_s else BK) // W
+        RUNS = BK * ROWS // W
+        COPIES, EXACT = -(-RUNS // NT), RUNS % NT == 0
+        STRIDE = NT // max(PER_ROW, 1)
+        copy = copy_at(W)
 
         @cuda.jit(device=True)
-        def issue(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, slot):
-            issue_a(a, s0, S, i0, i_end, lda, t, sa, slot * U(A_SIZE))
-            issue_b(b, s0, S, j0, N, ldb, t, sb, slot * U(B_SIZE))
+        def first(x, o0, ld, t, buf):
+            """(global address, shared address in slot 0, source step between a thread's copies,
+            source advance a chunk) of thread t's first copy of chunk 0; the steps in address units."""
+            row, col = t // U(PER_ROW), t % U(PER_ROW) * U(W)
+            src = row * ld + o0 + col if by_s else (o0 + row) * ld + col
+            return (global_address(x, src), shared_address(buf, row * U(ROW_LEN) + col), U(STRIDE * UNIT) * ld,
+                    U(BK * UNIT) * ld if by_s else U(BK * UNIT))
 
-        return issue
+        @cuda.jit(device=True)
+        def issue(x, g, step, t, buf, s):
+            for r in range(COPIES):
+                if EXACT or t + U(r * NT) < U(RUNS):
+                    copy(buf, s + U(r * STRIDE * ROW_LEN * UNIT), x, g + U(r) * step)
 
-    issue_inside, issue_full, issue_edge = make_issue_both(True, True), make_issue_both(True), make_issue_both(False)
+        return first, issue
+
+    # make_rows needs each thread's copies to keep one column of the staged rows
+    ROWS_A = NT % ((BM if a_trans else BK) // wa) == 0
+    ROWS_B = NT % ((BK if b_by_output else BN) // wb) == 0
+    first_a, rows_a = make_rows(a_trans, BM, A_ROW, wa)
+    first_b, rows_b = make_rows(not b_by_output, BN, B_ROW, wb)
+    full_a, edge_a = (make_issue(a_trans, BM, A_ROW, wa, full) for full in (True, False))
+    full_b, edge_b = (make_issue(not b_by_output, BN, B_ROW, wb, full) for full in (True, False))
 
     @cuda.jit(device=True)
-    def issue(c, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, inside):
-        """Chunk c's copies into slot c % ST, and the group closed (empty past the last chunk, so
-        that every thread counts the same groups)."""
-        if c < n_chunks:
-            s0 = c * U(BK)
-            if s0 + U(BK) <= S and inside:
-                issue_inside(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
-            elif s0 + U(BK) <= S:
-                issue_full(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+    def issue(c, n_full, n_chunks, a, b, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, inside, slot, ga, a_step, sa0, gb,
+              b_step, sb0):
+        """Chunk c's copies into slot `slot` (c % ST), and the group closed (empty past the last
+        chunk, so that every thread counts the same groups); chunks from n_full on are partial.
+        For make_rows' copies: ga and gb, the global addresses of this thread's first copies of
+        chunk c, a_step and b_step the steps between its copies, sa0 and sb0 their shared
+        addresses in slot 0."""
+        base_a, base_b = slot * U(A_SIZE), slot * U(B_SIZE)
+        if c < n_full:
+            if ROWS_A and inside:
+                rows_a(a, ga, a_step, t, sa, sa0 + base_a * U(UNIT))
             else:
-                issue_edge(a, b, s0, S, i0, i_end, j0, N, lda, ldb, t, sa, sb, c % U(ST))
+                full_a(a, c * U(BK), S, i0, i_end, lda, t, sa, base_a)
+            if ROWS_B and inside:
+                rows_b(b, gb, b_step, t, sb, sb0 + base_b * U(UNIT))
+            else:
+                full_b(b, c * U(BK), S, j0, N, ldb, t, sb, base_b)
+        elif c < n_chunks:
+            edge_a(a, c * U(BK), S, i0, i_end, lda, t, sa, base_a)
+            edge_b(b, c * U(BK), S, j0, N, ldb, t, sb, base_b)
         commit()
 
     @cuda.jit(device=True)
@@ -432,26 +448,40 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         # the copies' indices, unsigned
         tu, Su, i0u, i_endu, j0u, Nu = U(t), U(S), U(i0), U(i_end), U(j0), U(N)
         lda, ldb = U(a.shape[1]), U(b.shape[1])
-        n_chunks = (Su + U(BK - 1)) // U(BK)
+        # chunk counts, counters and slots in 32 bits: each cast back lets the compiler keep one
+        # instruction an operation, where Numba's 64-bit arithmetic takes two
+        n_chunks, n_full = U32((Su + U(BK - 1)) // U(BK)), U32(Su // U(BK))
         inside = i0u + U(BM) <= i_endu and j0u + U(BN) <= Nu  # no copy of this block's passes an edge of o
+        # make_rows' addresses: the next chunk's first copies, moved on a chunk at each issue
+        ga, sa0, a_step, a_adv = first_a(a, i0u, lda, tu, sa)
+        gb, sb0, b_step, b_adv = first_b(b, j0u, ldb, tu, sb)
         for c in range(ST - 1):
-            issue(U(c), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
+            issue(U32(c), n_full, n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside, U32(c),
+                  ga, a_step, sa0, gb, b_step, sb0)
+            ga += a_adv
+            gb += b_adv
         for m in range(TM):  # the starts load while the first chunks fly
             for n in range(TN):
                 j = j0 + tx * C_OWN + n * C_STEP
                 acc[m, n] = start[j] if j < N else ZERO
-        c = U(0)
+        c = U32(0)
+        slot = U32(0)  # chunk c's, c % ST, counted rather than divided
         while c < n_chunks:
             wait_staged()  # this thread's copies of chunk c have landed
             cuda.syncthreads()  # everyone's have; and everyone has summed chunk c - 1, whose slot is next
-            issue(c + U(ST - 1), n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb, inside)
-            ab, bb = (c % U(ST)) * U(A_SIZE), (c % U(ST)) * U(B_SIZE)
-            if (c + U(1)) * U(BK) <= Su:  # a whole chunk: every load is base + constant
+            issue(U32(c + U32(ST - 1)), n_full, n_chunks, a, b, Su, i0u, i_endu, j0u, Nu, lda, ldb, tu, sa, sb,
+                  inside, U32(slot + U32(ST - 1)) if slot == U32(0) else U32(slot - U32(1)), ga, a_step, sa0, gb,
+                  b_step, sb0)
+            ga += a_adv
+            gb += b_adv
+            ab, bb = slot * U(A_SIZE), slot * U(B_SIZE)
+            if c < n_full:  # a whole chunk: every load is base + constant
                 full_chunk(sa, sb, ab, bb, tx, ty, av, bv, acc, scale)
             else:  # the last, partial chunk: only real steps (a padded one could flip a zero's sign)
                 for ss in range(S % BK):
                     step(sa, sb, ab, bb, ss, tx, ty, av, bv, acc, scale)
-            c += U(1)
+            c = U32(c + U32(1))
+            slot = U32(0) if slot == U32(ST - 1) else U32(slot + U32(1))
         for m in range(TM):
             i = i0 + ty * R_OWN + m * R_STEP
             for n in range(TN):

@@ -105,6 +105,7 @@ KERNELS = [
      False),
     ("tf_unembedding_softmax_chain", tf_kernels.tf_unembedding_softmax_chain, (F2, L1), tf_kernels.SOFTMAX_THREADS,
      tf_kernels.SOFTMAX_OPTIONS.get("max_registers"), False),
+    ("tf_loss", tf_kernels.tf_loss, (F2, U1, F1, I64), tf_kernels.LOSS_THREADS, None, False),
     ("tf_ln", tf_kernels.tf_ln, (F1, F1, F2, F1, F1, F2, L1, B), tf_kernels.LN_THREADS, None, False),
     ("tf_ln_back", tf_kernels.tf_ln_back, (F1, F2, F1, F1, F2, F1, F1, F2, I64, B, F2, F2, B),
      tf_kernels.LN_BACK_THREADS, None, False),
