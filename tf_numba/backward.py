@@ -61,7 +61,7 @@ def backward(m, T, validation=NO_VALIDATION):
 
     # dL/dlogits = p - onehot: a copy of the probabilities, then the loss kernel edits it.
     launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out, a.unembedding.out, T)
-    launch.blocks(K.tf_loss, 1, 1, 0, b.unembedding.out, m.tokens[1:], b.loss, T)
+    launch.blocks(K.tf_loss, 1, K.LOSS_THREADS, 0, b.unembedding.out, m.tokens[1:], b.loss, T)
     validation.time("unembedding")
     validation.sum("backward.loss", b.loss, 1)
 
