@@ -1,6 +1,6 @@
 """cudakit, the plumbing both ports share: the simulator's float32 fused multiply-add is exact (one
 rounding of a*b + c, ties included, against exact rational arithmetic rounded to nearest-even);
-mad's two profiles; vector_load's neighbours; copy_async's copies and zeros; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
+mad's two profiles; vector_load's neighbours; copy_async's copies and zeros; copy_at's copies between addresses taken once; the byte range of a device view; a failed recording leaves no stream capturing; quiet() keeps
 Numba's advice off the terminal."""
 import os
 import subprocess
@@ -15,7 +15,7 @@ import pytest
 from numba import config, cuda
 
 from cudakit import devmath as fp
-from cudakit.asynccopy import commit, copy_async, wait
+from cudakit.asynccopy import UNIT, commit, copy_async, copy_at, global_address, shared_address, wait
 from cudakit.vector import SHARED_ALIGN, vector_load
 from tests.conftest import PYTHONPATH, ROOT
 
@@ -194,6 +194,39 @@ def test_copy_async_lands_after_the_wait_with_zeros_past_n():
         want[4 * t:4 * t + n4[t]] = flat[4 * t:4 * t + n4[t]]
         want[4 * threads + t] = flat[t + 1] if n1[t] else 0.0
     assert np.array_equal(got, want)
+
+
+AT4, AT1 = copy_at(4), copy_at(1)
+
+
+@cuda.jit
+def copy_at_probe(src, out):
+    """Thread t takes the addresses of src's flat element 4 * t and of its staged place once, then
+    copies 4 floats from there and 1 float from 4 * t + 3, stepped by UNIT a float, as the tiled
+    products copy their chunks."""
+    t = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    sh = cuda.shared.array(CP_SHARED, np.float32, alignment=SHARED_ALIGN)
+    g, d = global_address(src, np.uint64(4 * t)), shared_address(sh, np.uint64(4 * t))
+    AT4(sh, d, src, g)
+    AT1(sh, d + np.uint64((4 * nt - 3 * t) * UNIT), src, g + np.uint64(3 * UNIT))  # to 4 * nt + t
+    commit()
+    WAIT_ALL()
+    cuda.syncthreads()
+    for q in range(t, 5 * nt, nt):
+        out[q] = sh[q]
+
+
+def test_copy_at_copies_between_addresses_taken_once():
+    """copy_at moves whole widths between global_address's and shared_address's addresses, a float
+    UNIT apart (GPU: cp.async on 32-bit shared and 64-bit global addresses; simulator: indices)."""
+    src = (np.arange(CP_ROWS * CP_COLS, dtype=np.float32) + np.float32(1.0)).reshape(CP_ROWS, CP_COLS)
+    threads = CP_ROWS * CP_COLS // 4
+    out = cuda.to_device(np.full(5 * threads, -1.0, np.float32))
+    copy_at_probe[1, threads](cuda.to_device(src), out)
+    flat = src.reshape(-1)
+    want = np.concatenate([flat[:4 * threads], flat[3:4 * threads:4]])
+    assert np.array_equal(out.copy_to_host(), want)
 
 
 def test_byte_bounds_of_views():
