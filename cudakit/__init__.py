@@ -9,6 +9,10 @@
   beside it) and recording a graph;
 - `gpu`: whether kernels can run here, what a failing GPU raises, and the Numba warnings a user
   should not see;
+- `asynccopy`: copies from global to shared memory that fly while a block computes (cp.async),
+  and the addresses a kernel copying the same pattern each chunk takes once;
+- `sharedmem`: dynamic shared memory past 48 KiB, and how much this GPU lets a block opt in to;
+- `arrays`: where a device array lives (its address and byte range);
 - `files`: whether an input path is a FIFO or a device (which a read would wait on, or never end);
 - `simulator`: a fix for a race in Numba's CUDA simulator, installed when `devmath` (which every
   kernel module imports) is imported with the simulator on.
