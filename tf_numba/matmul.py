@@ -308,7 +308,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
 
     def make_rows(by_s, ROWS, ROW_LEN, W):
         """The copies of a full chunk of a block inside the output, which need no check:
-        (first, issue). A thread's copies lie STRIDE staged rows apart, in the source and in
+        (first, issue, usable), usable where each thread's copies keep one column of the staged
+        rows (else make_issue's copies serve these chunks too). A thread's copies lie STRIDE staged rows apart, in the source and in
         the buffer, the same in every chunk, so `first` finds its first copy's addresses once,
         before the chunks: chunk c's are those moved on c chunks and by its slot, and its r-th
         copy's are r steps further, so a copy costs two adds. Indexing each chunk's copies afresh
@@ -334,13 +335,10 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                 if EXACT or t + U(r * NT) < U(RUNS):
                     copy(buf, s + U(r * STRIDE * ROW_LEN * UNIT), x, g + U(r) * step)
 
-        return first, issue
+        return first, issue, PER_ROW > 0 and NT % PER_ROW == 0
 
-    # make_rows needs each thread's copies to keep one column of the staged rows
-    ROWS_A = NT % ((BM if a_trans else BK) // wa) == 0
-    ROWS_B = NT % ((BK if b_by_output else BN) // wb) == 0
-    first_a, rows_a = make_rows(a_trans, BM, A_ROW, wa)
-    first_b, rows_b = make_rows(not b_by_output, BN, B_ROW, wb)
+    first_a, rows_a, ROWS_A = make_rows(a_trans, BM, A_ROW, wa)
+    first_b, rows_b, ROWS_B = make_rows(not b_by_output, BN, B_ROW, wb)
     full_a, edge_a = (make_issue(a_trans, BM, A_ROW, wa, full) for full in (True, False))
     full_b, edge_b = (make_issue(not b_by_output, BN, B_ROW, wb, full) for full in (True, False))
 
