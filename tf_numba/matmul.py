@@ -82,9 +82,10 @@ else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-0
     # (docs/results/2026-12-02-h200-pdl/sweep_unembedding_{dbac1c9,nofma}.log)
     UNEMBED, UNEMBED_NOFMA = Tile(8, 4, 8, 16, 32, 2, True), Tile(4, 4, 16, 8, 32, 2, True)
     T_WIDE = Tile(2, 2, 8, 16, 64, 3, True)
-    # 16 x 24 outputs a block: 768 columns make 128 blocks of 3 warps, at most one a multiprocessor;
-    # nofma (tile_for) stages 4 chunks, not 6: 34.1 against 35.0 us at mlp.c_proj
-    # (docs/results/2026-12-02-h200-pdl/sweep_t_rows_dbac1c9.log, sweep_fc_nofma.log)
+    # 16 x 24 outputs a block: 768 columns make 128 blocks of 3 warps, at most one a multiprocessor
+    # (docs/results/2026-12-02-h200-pdl/sweep_t_rows_dbac1c9.log). nofma's twice the arithmetic
+    # a step runs faster in T_WIDE's 192 blocks with 4 chunks (tile_for): mlp.c_proj 30.6 against
+    # 32.7 us (docs/results/2026-12-03-h200-merged/sweep_fc_nofma_wide.json)
     T_NARROW = Tile(2, 2, 8, 12, 64, 6, True)
     T_WARP = Tile(2, 2, 4, 8, 64, 4, True)  # a warp a block (docs/results/2026-12-02-h200-warp/sweep_warp.log)
     T_TALL = Tile(4, 2, 8, 8, 64, 3, True)
@@ -133,8 +134,8 @@ def row_tile_for(n_cols, s_max):
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
-    """The tile the sweeps timed fastest for GPT-2's shapes (under fma; the unembedding and the
-    768-column tf_fc also under nofma), by kind; every tile but the wte gradient's lays its lanes in
+    """The tile the sweeps timed fastest for GPT-2's shapes (under fma; the unembedding, tf_fc
+    and the input gradients also under nofma), by kind; every tile but the wte gradient's lays its lanes in
     quads (Tile.QUAD):
     - one row (of the backward's kinds, a step of T = 1; one row of tf_fc or the unembedding goes
       to build_row instead): blocks of 4 x 32 threads, one output each;
@@ -143,10 +144,12 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
       weight gradients: 4 x 2 (MID); both T_WIDE where there are at most a million outputs;
     - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE) where there are more
       than 1,024 columns (c_attn, c_fc), else of 8 x 12 (T_NARROW: 128 blocks for the 768-column
-      products, at most one a multiprocessor); for the 768-column input gradients, blocks of one
-      warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in 8 x 8 for the input gradient with 3,072
-      columns (T_TALL); the unembedding's input gradient, whose 50,257-step sums stream wte from
-      memory, T_WIDE with 10 chunks staged (dynamic shared memory).
+      products, at most one a multiprocessor; under nofma T_WIDE with 4 chunks); for the
+      768-column input gradients, blocks of one warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in
+      8 x 8 for the input gradient with 3,072 columns (T_TALL; under nofma T_WIDE, 21.1 against
+      24.1 us: docs/results/2026-12-03-h200-nofma/sweep_din_nofma.json); the unembedding's input
+      gradient, whose 50,257-step sums stream wte from memory, T_WIDE with 10 chunks staged
+      (dynamic shared memory).
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
@@ -160,8 +163,8 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     if name == "tf_unembedding_back_din":
         return T_DEEP
     if KINDS[name].b_by_output:
-        return T_TALL if n_cols > 1024 else T_WARP
-    return T_WIDE if n_cols > 1024 else T_NARROW if fused else T_NARROW._replace(ST=4)
+        return (T_TALL if fused else T_WIDE) if n_cols > 1024 else T_WARP
+    return T_WIDE if n_cols > 1024 else T_NARROW if fused else T_WIDE._replace(ST=4)
 
 
 def copy_width(x, by_s, rows):
