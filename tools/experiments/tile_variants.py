@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench_tf import time_tf  # noqa: E402
-from tf_matmul_sweep import CANDIDATES, _tile  # noqa: E402
+from tf_matmul_sweep import CANDIDATES, tile_list  # noqa: E402
 
 from tf_numba import assets  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
@@ -41,7 +41,7 @@ def overrides(specs):
         shape, label = spec.split("=")
         kind, dims = shape.split(":")
         rows, cols, S = (int(x) for x in dims.split("x"))
-        table[(kind, rows, cols, S)] = CANDIDATES[label] if label in CANDIDATES else _tile(label)
+        table[(kind, rows, cols, S)] = CANDIDATES[tile_list(label)[0]]  # the sweep's parse, which names it
     return table
 
 
