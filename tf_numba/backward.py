@@ -52,15 +52,16 @@ def unembedding_back(m, wte, ln_f, dL_dout, dL_dwte, dL_din, T):
 
 
 def backward(m, T, validation=NO_VALIDATION):
-    """Backward over the forward pass of tokens[0:T], with targets tokens[1:T+1]."""
+    """Backward over the forward pass of tokens[0:T], with targets tokens[1:T+1]; that pass copied
+    its probabilities into b.unembedding.out (forward's probs_copy)."""
     cfg, p, a, g, b, fused = m.cfg, m.parameters, m.activations, m.gradients, m.activations_back, m.fused
     D, V, d_k, L = cfg.d_model, cfg.d_vocab, cfg.d_k, cfg.n_layers
     last = f"h{L - 1}"
     validation.start()
     stream.join("gradients")
 
-    # dL/dlogits = p - onehot: a copy of the probabilities, then the loss kernel edits it.
-    launch.elementwise(K.tf_memcpy, T * V, b.unembedding.out, a.unembedding.out, T)
+    # dL/dlogits = p - onehot: the softmax's copy of the probabilities (tf.c's memcpy), which the
+    # loss kernel edits.
     launch.blocks(K.tf_loss, 1, K.LOSS_THREADS, 0, b.unembedding.out, m.tokens[1:], b.loss, T)
     validation.time("unembedding")
     validation.sum("backward.loss", b.loss, 1)

@@ -4,7 +4,7 @@ from . import launch
 from .validation import NO_VALIDATION
 
 
-def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
+def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True, probs_copy=None):
     """The forward pass over tokens[0:T]. Training unembeds every row, as tf.c does; generation
     (last_only) unembeds only the row in m.last_rows, which lives on the device so a recorded
     pass can serve several lengths: rows past the current length are computed too, harmlessly,
@@ -14,7 +14,9 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     only, in every layer: the decode step. Every earlier row is in the activations arena from
     the passes before, and each of the row's sums runs in the order the full pass runs it, so
     its bits are the full pass's; T then only bounds the keys attention may read. softmax=False
-    leaves the unembedded row as logits (greedy generation's argmax reads them)."""
+    leaves the unembedded row as logits (greedy generation's argmax reads them). `probs_copy`
+    (training: the backward's dL/dlogits) gets a copy of the probabilities as the softmax writes
+    them."""
     cfg, p, a, fused = m.cfg, m.parameters, m.activations, m.fused
     D, V, d_k = cfg.d_model, cfg.d_vocab, cfg.d_k
     rows, n = (m.rows(T), T) if rows is None else (rows, 1)
@@ -77,7 +79,8 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True):
     unembed_rows, n = (m.last_rows, 1) if last_only else (rows, n)
     launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n, fused)
     if softmax:
-        launch.unembedding_softmax(a.unembedding.out, unembed_rows, n, m.softmax_max, m.r_softmax_exp_sum)
+        launch.unembedding_softmax(a.unembedding.out, unembed_rows, n, m.softmax_max, m.r_softmax_exp_sum,
+                                   probs_copy)
     validation.time("unembedding")
     validation.sum("forward.unembedding", a.unembedding.out, T * V)
     validation.finish("forward")

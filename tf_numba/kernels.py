@@ -91,16 +91,6 @@ def tf_memset(out, value):
 
 
 @cuda.jit
-def tf_memcpy(out, inp, T):
-    """memcpy of inp's first T rows into out's, whose rows may be longer (padded: the rest is left
-    as it is)."""
-    N = inp.shape[1]
-    for k in range(cuda.grid(1), T * N, cuda.gridsize(1)):
-        i, j = k // N, k % N
-        out[i, j] = inp[i, j]
-
-
-@cuda.jit
 def tf_embedding(wte, wpe, tokens, out, rows, n):
     """out[i] = wte[tokens[i]] + wpe[i]."""
     D = out.shape[1]
@@ -739,7 +729,7 @@ def row_scale(row, V, t, softmax_exp_sum, partial):
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()
-    slice_pass(row, 0, V, t, SOFTMAX_THREADS, partial[1], False)
+    slice_pass(row, 0, V, t, SOFTMAX_THREADS, partial[1], False, row, False)
 
 
 @cuda.jit(device=True)
@@ -779,9 +769,10 @@ def tf_unembedding_max(out, rows, parts, softmax_max):
 
 
 @cuda.jit(device=True)
-def slice_pass(row, lo, hi, t, threads, value, exps):
+def slice_pass(row, lo, hi, t, threads, value, exps, copy, copying):
     """Thread t's share of row[lo:hi] (every threads-th value), in place, SOFTMAX_LOADS loads in
-    flight: expf(x - value) when `exps` (tf.c's exps), else x * value (its scaling)."""
+    flight: expf(x - value) when `exps` (tf.c's exps), else x * value (its scaling); with
+    `copying`, each result also into copy[v]."""
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
     for v0 in range(lo + t, hi, threads * SOFTMAX_LOADS):
         for u in range(SOFTMAX_LOADS):
@@ -790,7 +781,10 @@ def slice_pass(row, lo, hi, t, threads, value, exps):
         for u in range(SOFTMAX_LOADS):
             v = v0 + u * threads
             if v < hi:
-                row[v] = expf(got[u] - value) if exps else mul(got[u], value)
+                x = expf(got[u] - value) if exps else mul(got[u], value)
+                row[v] = x
+                if copying:
+                    copy[v] = x
 
 
 @cuda.jit
@@ -803,7 +797,8 @@ def tf_unembedding_exps(out, rows, parts, softmax_max):
     for q in range(1, parts):
         if softmax_max[r, q] > m:
             m = softmax_max[r, q]
-    slice_pass(out[rows[0] + r], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, m, True)
+    row = out[rows[0] + r]
+    slice_pass(row, lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, m, True, row, False)
 
 
 @cuda.jit(device=True)
@@ -856,12 +851,16 @@ def tf_unembedding_softmax(out, rows, r_softmax_exp_sum):
 
 
 @cuda.jit
-def tf_unembedding_scale(out, rows, parts, r_softmax_exp_sum):
+def tf_unembedding_scale(out, rows, parts, r_softmax_exp_sum, probs, copying):
     """tf.c's last softmax loop, by slices: block (row rows[0] + r, slice j) multiplies its slice of
-    exps by r_softmax_exp_sum[r]."""
+    exps by r_softmax_exp_sum[r]. With `copying` (training), each probability also goes into the
+    same place of probs (whose rows may be longer), the copy the backward turns into dL/dlogits:
+    tf.c's memcpy, without a pass of its own over the logits."""
     r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
     lo, hi = softmax_slice(out.shape[1], parts, j)
-    slice_pass(out[rows[0] + r], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, r_softmax_exp_sum[r], False)
+    i = rows[0] + r
+    slice_pass(out[i], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, r_softmax_exp_sum[r], False, probs[i],
+               copying)
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)

@@ -50,17 +50,19 @@ def softmax_parts(n):
     return min(K.SOFTMAX_PARTS, -(-4 * multiprocessors() // n))
 
 
-def unembedding_softmax(out, rows, n, softmax_max, r_softmax_exp_sum):
+def unembedding_softmax(out, rows, n, softmax_max, r_softmax_exp_sum, copy=None):
     """tf.c's softmax of the n rows of logits from rows[0], in place: the max and the exps over
     slices of each row (tf_unembedding_max, tf_unembedding_exps), their sum in tf.c's order a
     block a row (tf_unembedding_softmax), the scaling over slices (tf_unembedding_scale).
     softmax_max holds each row's slices' maxima (n x SOFTMAX_PARTS), r_softmax_exp_sum each
-    row's 1.0f / sum."""
+    row's 1.0f / sum. With `copy`, the scaling also writes the probabilities into its same rows
+    (training's copy for the backward)."""
     parts = softmax_parts(n)
     for kernel, scratch in ((K.tf_unembedding_max, softmax_max), (K.tf_unembedding_exps, softmax_max)):
         blocks(kernel, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, scratch)
     blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, out, rows, r_softmax_exp_sum)
-    blocks(K.tf_unembedding_scale, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, r_softmax_exp_sum)
+    blocks(K.tf_unembedding_scale, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, r_softmax_exp_sum,
+           out if copy is None else copy, copy is not None)
 
 
 def ln(weight, bias, inp, r_std, mean, out, rows, n, fused):

@@ -85,7 +85,7 @@ def fixture_expected(path, cfg: Config):
 def training_step(m, T, validation=NO_VALIDATION):
     """tf_process with is_training over tokens[0:T + 1]: gradients zeroed, forward, backward."""
     zero_gradients(m)
-    forward(m, T, last_only=False, validation=validation)
+    forward(m, T, last_only=False, validation=validation, probs_copy=m.activations_back.unembedding.out)
     backward(m, T, validation)
 
 

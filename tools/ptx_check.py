@@ -101,7 +101,7 @@ KERNELS = [
      False),
     ("tf_unembedding_softmax", tf_kernels.tf_unembedding_softmax, (F2, L1, F1), tf_kernels.SOFTMAX_THREADS,
      tf_kernels.SOFTMAX_OPTIONS.get("max_registers"), False),
-    ("tf_unembedding_scale", tf_kernels.tf_unembedding_scale, (F2, L1, I64, F1), tf_kernels.SOFTMAX_PASS_THREADS, None,
+    ("tf_unembedding_scale", tf_kernels.tf_unembedding_scale, (F2, L1, I64, F1, F2, B), tf_kernels.SOFTMAX_PASS_THREADS, None,
      False),
     ("tf_unembedding_softmax_chain", tf_kernels.tf_unembedding_softmax_chain, (F2, L1), tf_kernels.SOFTMAX_THREADS,
      tf_kernels.SOFTMAX_OPTIONS.get("max_registers"), False),

@@ -114,12 +114,19 @@ def test_unembedding_softmax_equals_tf_c(scale, kernel):
     logits = (rng.standard_normal((T + 1, V)) * scale).astype(np.float32)
     out = cuda.to_device(logits)
     rows = cuda.to_device(np.array([1, T + 1], np.int64))
+    # training's copy for the backward: rows longer than the logits', as its arena pads them
+    poison = np.full((T + 1, V + 3), np.float32(-7.0))
+    copy = cuda.to_device(poison)
     if kernel == "scan":
         launch.unembedding_softmax(out, rows, T, cuda.device_array((T, K.SOFTMAX_PARTS), np.float32),
-                                   cuda.device_array(T, np.float32))
+                                   cuda.device_array(T, np.float32), copy)
     else:
         launch.blocks(K.tf_unembedding_softmax_chain, T, K.SOFTMAX_THREADS, 0, out, rows)
     got = out.copy_to_host()
     assert np.array_equal(got[0].view(np.uint32), logits[0].view(np.uint32))  # not one of the rows
     for i in range(1, T + 1):
         assert np.array_equal(got[i].view(np.uint32), softmax_reference(logits[i]).view(np.uint32)), i
+    if kernel == "scan":  # the copy: the probabilities, bit for bit, and nothing past them or outside the rows
+        copied = copy.copy_to_host()
+        assert np.array_equal(copied[1:, :V].view(np.uint32), got[1:].view(np.uint32))
+        assert np.array_equal(copied[0], poison[0]) and np.array_equal(copied[:, V:], poison[:, V:])
