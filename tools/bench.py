@@ -292,16 +292,22 @@ def bench_tf(args, out_dir, save):
     return result
 
 
+# (our figure, PyTorch's of the same work): tf.c's forward ends with the probabilities, PyTorch's
+# forward with the logits, so each is set beside the other's same ending
+LIKE_FOR_LIKE = (("forward_ms", "forward_probs_ms"), ("forward_logits_ms", "forward_ms"),
+                 ("forward_backward_ms", "forward_backward_ms"))
+
+
 def ours_vs_peers(result):
     """Speed-ups over the fastest PyTorch variant (TF32 off; TF32 on shown beside) of each workload."""
     peers = result.get("pytorch", {})
-    for workload in ("forward_ms", "forward_backward_ms"):
-        timed = {name: v[workload] for name, v in peers.get("training", {}).items() if workload in v}
+    for ours, theirs in LIKE_FOR_LIKE:
+        timed = {name: v[theirs] for name, v in peers.get("training", {}).items() if theirs in v}
         best = min(((t, n) for n, t in timed.items() if "TF32 on" not in n), default=None)
         for r in result["runs"].values():
-            if best and workload in r:
-                r[f"vs_best_pytorch_{workload[:-3]}"] = {"peer": best[1], "peer_ms": best[0],
-                                                        "speedup": round(best[0] / r[workload], 2)}
+            if best and ours in r:
+                r[f"vs_best_pytorch_{ours[:-3]}"] = {"peer": best[1], "peer_ms": best[0],
+                                                    "speedup": round(best[0] / r[ours], 2)}
     gen = {n: v["s"] for n, v in peers.get("generate", {}).items() if "s" in v}
     for r in result["runs"].values():
         if gen and "generate" in r:
@@ -344,16 +350,18 @@ def time_llmc(peers, safetensors, data, build):
 def tf_markdown(result):
     lines = [f"{result['config']}", "",
              "| fp model | checkpoints (validate) | after graph replays | graph = eager arenas | forward ms | "
-             "fwd+bwd ms | forward TFLOP/s | fwd+bwd TFLOP/s | GPU MiB | vs best PyTorch fwd / fwd+bwd | "
-             "vs tf.c fwd / fwd+bwd |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "logits ms (checked) | fwd+bwd ms | forward TFLOP/s | fwd+bwd TFLOP/s | GPU MiB | "
+             "vs best PyTorch fwd / logits / fwd+bwd | vs tf.c fwd / fwd+bwd |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fp_model, r in result["runs"].items():
-        vs = [r.get(f"vs_best_pytorch_{w}", {}).get("speedup", "") for w in ("forward", "forward_backward")]
+        vs = [str(r.get(f"vs_best_pytorch_{w[:-3]}", {}).get("speedup", "")) for w, _ in LIKE_FOR_LIKE]
         cells = [r.get(c, "") for c in ("validate_checkpoints_match", "after_graph_replays_match",
-                                         "graph_arenas_equal_eager", "forward_ms", "forward_backward_ms",
-                                         "forward_tflops", "forward_backward_tflops", "gpu_memory_mib")]
-        cells += [f"{vs[0]} / {vs[1]}", f"{r.get('speedup_vs_tf_c_forward', '')} / "
-                                        f"{r.get('speedup_vs_tf_c_forward_backward', '')}"]
+                                         "graph_arenas_equal_eager", "forward_ms")]
+        cells.append(f"{r.get('forward_logits_ms', '')} ({r.get('logits_replays_match', '')})")
+        cells += [r.get(c, "") for c in ("forward_backward_ms", "forward_tflops", "forward_backward_tflops",
+                                         "gpu_memory_mib")]
+        cells += [" / ".join(vs), f"{r.get('speedup_vs_tf_c_forward', '')} / "
+                                  f"{r.get('speedup_vs_tf_c_forward_backward', '')}"]
         lines.append(f"| {fp_model} | " + " | ".join(str(c) for c in cells) + " |")
         if "error" in r:
             lines.append(f"| {fp_model} | error: {r['error']} |")
@@ -374,22 +382,23 @@ def tf_markdown(result):
                              f"{g.get('vs_hf', '') if path == 'decoder' else ''} |")
     peers = result.get("pytorch", {})
     lines += ["", f"PyTorch ({peers.get('torch', '')}, transformers {peers.get('transformers', '')}), same GPU, "
-                  "weights and tokens:", "", "| variant | forward ms | fwd+bwd ms | peak GPU MiB |",
-              "| --- | --- | --- | --- |"]
+                  "weights and tokens (forward: the logits; + softmax: the probabilities, as tf.c's forward "
+                  "ends):", "", "| variant | forward ms | forward + softmax ms | fwd+bwd ms | peak GPU MiB |",
+              "| --- | --- | --- | --- | --- |"]
     for name, v in peers.get("training", {}).items():
-        lines.append(f"| {name} | {v.get('forward_ms', v.get('error', ''))} | {v.get('forward_backward_ms', '')} | "
-                     f"{v.get('peak_gpu_memory_mib', '')} |")
+        lines.append(f"| {name} | {v.get('forward_ms', v.get('error', ''))} | {v.get('forward_probs_ms', '')} | "
+                     f"{v.get('forward_backward_ms', '')} | {v.get('peak_gpu_memory_mib', '')} |")
     for name, v in peers.get("generate", {}).items():
         lines.append(f"| {name}: {v.get('tokens', '')} tokens | {v.get('s', v.get('error', ''))} s "
-                     f"(first calls {v.get('first_calls_s', '')}) | | |")
+                     f"(first calls {v.get('first_calls_s', '')}) | | | |")
     if "skipped" in peers:
-        lines.append(f"| skipped: {peers['skipped']} | | | |")
+        lines.append(f"| skipped: {peers['skipped']} | | | | |")
     llmc = result.get("llmc", {})
-    for name, v in llmc.items():
+    for name, v in llmc.items():  # llm.c's forward ends with its loss (probabilities and cross-entropy)
         if name != "skipped":
-            lines.append(f"| {name} | {v.get('forward_ms', '')} | {v.get('forward_backward_ms', '')} | |")
+            lines.append(f"| {name} | | {v.get('forward_ms', '')} | {v.get('forward_backward_ms', '')} | |")
     if "skipped" in llmc:
-        lines.append(f"| llm.c skipped: {llmc['skipped']} | | | |")
+        lines.append(f"| llm.c skipped: {llmc['skipped']} | | | | |")
     for fp_model, r in result["runs"].items():
         if "tf_c_seconds" in r:
             c = r["tf_c_seconds"]

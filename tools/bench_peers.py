@@ -1,7 +1,8 @@
 """Peers of tf_numba for tools/bench.py's tf entry, on the same GPU, weights and tokens: HF
 transformers' GPT2LMHeadModel in fp32 at batch 1, and llm.c's train_gpt2_fp32.cu.
 
-- forward (no grad) and forward + backward (mean cross-entropy of every position against the next
+- forward (no grad; the logits, and apart the probabilities, softmax(logits), which is what tf.c's
+  forward ends with) and forward + backward (mean cross-entropy of every position against the next
   token) at T tokens: eager, CUDA graph (torch.cuda.graph, warmed on a side stream), and
   torch.compile(mode="reduce-overhead"), with TF32 off; the CUDA graph also with TF32 on. The
   graphs take an explicit 4D causal mask, with which HF's attention needs no host sync. The
@@ -111,7 +112,7 @@ def training_calls(model, tokens, T):
 
 
 def time_training(model, tokens, T, parts):
-    """{variant: {"forward_ms", "forward_backward_ms"}} for the parts asked ("eager", "graph",
+    """{variant: {"forward_ms", "forward_probs_ms", "forward_backward_ms"}} for the parts asked ("eager", "graph",
     "compile"), each variant in its own try so one failing keeps the others."""
     import torch
 
@@ -120,6 +121,10 @@ def time_training(model, tokens, T, parts):
     def forward():
         with torch.no_grad():
             return logits()
+
+    def forward_probs():  # what tf.c's forward ends with: the probabilities, not the logits
+        with torch.no_grad():
+            return logits().softmax(dim=-1)
 
     def loss_backward():
         loss().backward()
@@ -131,13 +136,14 @@ def time_training(model, tokens, T, parts):
     out = {}
     variants = []
     if "eager" in parts:
-        variants.append(("eager, TF32 off", False, lambda: (bench(forward), bench(forward_backward))))
+        variants.append(("eager, TF32 off", False,
+                         lambda: (bench(forward), bench(forward_probs), bench(forward_backward))))
     if "graph" in parts:
         def graphs():
-            f = graph_of(forward)
-            fwd = bench(f.replay)
+            f, fp = graph_of(forward), graph_of(forward_probs)
+            fwd, fwd_probs = bench(f.replay), bench(fp.replay)
             fb = graph_of(lambda: loss_backward(), before_capture=lambda: model.zero_grad(set_to_none=True))
-            return fwd, bench(fb.replay)
+            return fwd, fwd_probs, bench(fb.replay)
         variants += [("CUDA graph, TF32 off", False, graphs), ("CUDA graph, TF32 on", True, graphs)]
     if "compile" in parts:
         def compiled():
@@ -148,6 +154,7 @@ def time_training(model, tokens, T, parts):
             mode = "reduce-overhead"
             step = torch.compiler.cudagraph_mark_step_begin
             cfwd, closs = torch.compile(logits, mode=mode), torch.compile(loss, mode=mode)
+            cprobs = torch.compile(lambda: logits().softmax(dim=-1), mode=mode)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
 
@@ -156,19 +163,24 @@ def time_training(model, tokens, T, parts):
                 with torch.no_grad():
                     return cfwd()
 
+            def fwd_probs():
+                step()
+                with torch.no_grad():
+                    return cprobs()
+
             def fwd_bwd():
                 step()
                 model.zero_grad(set_to_none=False)
                 closs().backward()
 
-            return bench(fwd, warmup=5), bench(fwd_bwd, warmup=5)
+            return bench(fwd, warmup=5), bench(fwd_probs, warmup=5), bench(fwd_bwd, warmup=5)
         variants.append(("torch.compile reduce-overhead, TF32 off", False, compiled))
     for name, tf32, run in variants:
         set_tf32(tf32)
         torch.cuda.reset_peak_memory_stats()
         try:
-            fwd, fb = run()
-            out[name] = {"forward_ms": fwd, "forward_backward_ms": fb,
+            fwd, fwd_probs, fb = run()
+            out[name] = {"forward_ms": fwd, "forward_probs_ms": fwd_probs, "forward_backward_ms": fb,
                          "peak_gpu_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20)}
         except Exception as exc:  # torch.compile needs a working Triton, for one
             out[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}

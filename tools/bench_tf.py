@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 from cudakit.stream import Recorded
+from tf_numba import launch
 from tf_numba.checkpoints import c_hex
 from tf_numba.forward import forward
 from tf_numba.generate import generate
@@ -124,6 +125,13 @@ def time_tf(m, data, fixture, repeats=20):
             "fraction_of_fp32_peak_forward": round(f / fwd / H200_FP32_PEAK, 4),
             "fraction_of_fp32_peak_forward_backward": round(3 * f / fwd_bwd / H200_FP32_PEAK, 4),
         })
+        # The logits alone (softmax=False), as PyTorch's forward ends: timed apart, then checked by
+        # the softmax launched on the replayed logits against tf.c's probabilities' checkpoint.
+        fwd_logits = timed_replays(Recorded(lambda: forward(m, T, last_only=False, softmax=False)), repeats)
+        launch.unembedding_softmax(m.activations.unembedding.out, m.rows(T), T, m.softmax_max, m.r_softmax_exp_sum)
+        probs = sequential_sum(m.activations.unembedding.out.reshape(-1)[:T * m.cfg.d_vocab].copy_to_host())
+        result["logits_replays_match"] = c_hex(probs) == c_hex(want["forward.unembedding"])
+        result["forward_logits_ms"] = round(fwd_logits * 1e3, 3)
         with open(fixture) as fh:
             tf_c = json.load(fh).get("tf_c_seconds")
         if tf_c:  # tf.c on the CPU where the fixture was made (tools/tf_oracle.py)
