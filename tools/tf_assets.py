@@ -312,6 +312,17 @@ def check_out(out_dir: Path, names, force: bool, need_bytes=0, option="--out") -
     return missing
 
 
+@contextlib.contextmanager
+def sigterm_held():
+    """SIGTERM held back until the block is done: a file or folder made and noted for cleanup
+    together (a SIGTERM between the two, the moment the file appears, would leave it behind)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def write_files(out_dir: Path, files: dict, force: bool, expect_size=None, need_bytes=0) -> None:
     """Write {name: () -> iterable of bytes} into out_dir, making it if needed. Refuse before
     writing anything what check_out refuses. Every file goes to a temporary name in out_dir and
@@ -321,11 +332,13 @@ def write_files(out_dir: Path, files: dict, force: bool, expect_size=None, need_
     try:
         missing = check_out(out_dir, files, force, need_bytes)
         for path in reversed(missing):
-            path.mkdir()
-            made.append(path)
+            with sigterm_held():
+                path.mkdir()
+                made.append(path)
         for name, chunks in files.items():
-            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
-            temporaries.append((tmp, out_dir / name))
+            with sigterm_held():
+                fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+                temporaries.append((tmp, out_dir / name))
             with os.fdopen(fd, "wb") as f:
                 for block in chunks():
                     f.write(block)

@@ -340,6 +340,32 @@ class EndlessBody(http.server.BaseHTTPRequestHandler):
         pass
 
 
+# A SIGTERM the moment the temporary file exists, before write_files has noted it (inside
+# mkstemp): sent by the process to itself, so the window is hit every time, not by chance.
+SIGTERM_IN_MKSTEMP = """
+import os, signal, sys, tempfile
+sys.path.insert(0, sys.argv[2])
+import tf_assets
+from pathlib import Path
+made = tempfile.mkstemp
+def mkstemp(*args, **kwargs):
+    fd, path = made(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return fd, path
+tempfile.mkstemp = mkstemp
+signal.signal(signal.SIGTERM, tf_assets.terminated)
+tf_assets.write_files(Path(sys.argv[1]), {"x.bin": lambda: [b"123"]}, False)
+"""
+
+
+def test_sigterm_inside_mkstemp_leaves_nothing(tmp_path):
+    out = tmp_path / "a" / "b"
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_IN_MKSTEMP, str(out), str(ROOT / "tools")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert not (tmp_path / "a").exists()  # the file, then both folders it made
+
+
 def test_sigterm_removes_the_temporary_file(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndlessBody)
     threading.Thread(target=server.serve_forever, daemon=True).start()
