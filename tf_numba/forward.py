@@ -77,9 +77,11 @@ def forward(m, T, last_only, validation=NO_VALIDATION, rows=None, softmax=True, 
     validation.sum("forward.ln_f", a.ln_f.out, T * D)
 
     unembed_rows, n = (m.last_rows, 1) if last_only else (rows, n)
-    launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n, fused)
+    # before the softmax, the unembedding also takes each row's largest logit of its blocks
+    maxima = launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, unembed_rows, n,
+                           fused, epilogue="max" if softmax else None, extra=m.softmax_max if softmax else None)
     if softmax:
-        launch.unembedding_softmax(a.unembedding.out, unembed_rows, n, m.softmax_max, m.r_softmax_exp_sum,
+        launch.unembedding_softmax(a.unembedding.out, unembed_rows, n, m.softmax_max, maxima, m.r_softmax_exp_sum,
                                    probs_copy)
     validation.time("unembedding")
     validation.sum("forward.unembedding", a.unembedding.out, T * V)

@@ -76,9 +76,10 @@ SOFTMAX_OPTIONS = softmax_options(SOFTMAX_THREADS)
 # exps to the others (thread 0 adds)
 CHAIN_CHUNK, CHAIN_WARP = (32, 1) if config.ENABLE_CUDASIM else (4096, 32)
 SOFTMAX_LOADS = 16  # loads in flight a thread of the unembedding softmax's kernels
-# The softmax's max, exps and scaling (tf_unembedding_max, _exps, _scale) run as blocks of
+# The softmax's exps and scaling (tf_unembedding_exps, _scale) run as blocks of
 # SOFTMAX_PASS_THREADS over at most SOFTMAX_PARTS slices of a row, so that they reach every
-# multiprocessor; only the ordered sum (tf_unembedding_softmax) keeps a block a row.
+# multiprocessor; only the ordered sum (tf_unembedding_softmax) keeps a block a row. The max is
+# the unembedding's (its "max" epilogue, matmul.py).
 SOFTMAX_PASS_THREADS, SOFTMAX_PARTS = (8, 2) if config.ENABLE_CUDASIM else (256, 16)
 assert SOFTMAX_CHUNK <= SOFTMAX_THREADS * SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
 
@@ -754,20 +755,6 @@ def softmax_slice(V, parts, j):
     return min(V, j * L), min(V, (j + 1) * L)
 
 
-@cuda.jit
-def tf_unembedding_max(out, rows, parts, softmax_max):
-    """tf.c's softmax_max, by slices: block (row rows[0] + r, slice j of `parts`) writes the largest
-    of its slice of the logits to softmax_max[r, j] (SOFTMAX_LOADS loads in flight a thread)."""
-    r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
-    t = cuda.threadIdx.x
-    row = out[rows[0] + r]
-    lo, hi = softmax_slice(out.shape[1], parts, j)
-    part = cuda.shared.array(SOFTMAX_PASS_THREADS, np.float32)
-    m = block_max(slice_max(row, lo, hi, t, SOFTMAX_PASS_THREADS), t, part)
-    if t == 0:
-        softmax_max[r, j] = m
-
-
 @cuda.jit(device=True)
 def slice_pass(row, lo, hi, t, threads, value, exps, copy, copying):
     """Thread t's share of row[lo:hi] (every threads-th value), in place, SOFTMAX_LOADS loads in
@@ -788,17 +775,21 @@ def slice_pass(row, lo, hi, t, threads, value, exps, copy, copying):
 
 
 @cuda.jit
-def tf_unembedding_exps(out, rows, parts, softmax_max):
-    """tf.c's exps, by slices: block (row rows[0] + r, slice j) takes the row's max from its slices'
-    (softmax_max[r]) and writes expf(logit - max) over its slice of the logits."""
+def tf_unembedding_exps(out, rows, parts, softmax_max, maxima):
+    """tf.c's max and exps, by slices: block (row i = rows[0] + r, slice j) takes the row's max
+    from the unembedding's maxima of its blocks of columns (softmax_max[i, :maxima], the "max"
+    epilogue; a max is exact in any order) and writes expf(logit - max) over its slice."""
     r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
+    t = cuda.threadIdx.x
+    i = rows[0] + r
     lo, hi = softmax_slice(out.shape[1], parts, j)
-    m = softmax_max[r, 0]
-    for q in range(1, parts):
-        if softmax_max[r, q] > m:
-            m = softmax_max[r, q]
-    row = out[rows[0] + r]
-    slice_pass(row, lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, m, True, row, False)
+    m = f32(-np.inf)
+    for q in range(t, maxima, SOFTMAX_PASS_THREADS):
+        if softmax_max[i, q] > m:
+            m = softmax_max[i, q]
+    m = block_max(m, t, cuda.shared.array(SOFTMAX_PASS_THREADS, np.float32))
+    row = out[i]
+    slice_pass(row, lo, hi, t, SOFTMAX_PASS_THREADS, m, True, row, False)
 
 
 @cuda.jit(device=True)

@@ -43,23 +43,22 @@ def blocks(kernel, grid, block, shared_bytes, *args):
 
 
 def softmax_parts(n):
-    """Slices a row of the unembedding softmax's max, exps and scaling are spread over: about
+    """Slices a row of the unembedding softmax's exps and scaling are spread over: about
     four blocks a multiprocessor for n rows."""
     if config.ENABLE_CUDASIM:
         return K.SOFTMAX_PARTS
     return min(K.SOFTMAX_PARTS, -(-4 * multiprocessors() // n))
 
 
-def unembedding_softmax(out, rows, n, softmax_max, r_softmax_exp_sum, copy=None):
-    """tf.c's softmax of the n rows of logits from rows[0], in place: the max and the exps over
-    slices of each row (tf_unembedding_max, tf_unembedding_exps), their sum in tf.c's order a
-    block a row (tf_unembedding_softmax), the scaling over slices (tf_unembedding_scale).
-    softmax_max holds each row's slices' maxima (n x SOFTMAX_PARTS), r_softmax_exp_sum each
-    row's 1.0f / sum. With `copy`, the scaling also writes the probabilities into its same rows
-    (training's copy for the backward)."""
+def unembedding_softmax(out, rows, n, softmax_max, maxima, r_softmax_exp_sum, copy=None):
+    """tf.c's softmax of the n rows of logits from rows[0], in place, after the unembedding's "max"
+    epilogue (softmax_max[row, :maxima]: the largest logit of each of its blocks of columns): the
+    row's max and the exps over slices of each row (tf_unembedding_exps), their sum in tf.c's
+    order a block a row (tf_unembedding_softmax), the scaling over slices (tf_unembedding_scale).
+    r_softmax_exp_sum holds each row's 1.0f / sum. With `copy`, the scaling also writes the
+    probabilities into its same rows (training's copy for the backward)."""
     parts = softmax_parts(n)
-    for kernel, scratch in ((K.tf_unembedding_max, softmax_max), (K.tf_unembedding_exps, softmax_max)):
-        blocks(kernel, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, scratch)
+    blocks(K.tf_unembedding_exps, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, softmax_max, maxima)
     blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, out, rows, r_softmax_exp_sum)
     blocks(K.tf_unembedding_scale, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, r_softmax_exp_sum,
            out if copy is None else copy, copy is not None)
@@ -107,21 +106,25 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epil
     end)); S, the sum's length, is a's row length unless given. `epilogue` is the element-wise
     statement tf.c runs next on the outputs, which the kernel applies as it stores each one:
     "gelu" (tf_gelu(out) into extra), "add" (tf_add(res, out) into extra) or "gelu_back"
-    (tf_gelu_back(res, out) into extra). One row of tf_fc or of the unembedding goes to the
-    one-row kernel."""
+    (tf_gelu_back(res, out) into extra), or "max" (the unembedding before the softmax: each
+    row's largest output of each block of columns into extra[row, block]). One row of tf_fc or of
+    the unembedding goes to the one-row kernel. Returns the blocks of columns."""
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
     res, extra = out if res is None else res, out if extra is None else extra
+    columns = M.column_blocks(name, n_rows, out.shape[1], S, fused)
+    assert epilogue != "max" or extra.shape[1] >= columns, "the maxima's array has a column a block"
     if n_rows == 1 and name in M.ROW_KINDS:
         s_max = M.row_s_max(S)
         tile = M.row_tile_for(out.shape[1], s_max)
         kernel = M.build_row(name, tile, fused, s_max, epilogue)
-        kernel[-(-out.shape[1] // tile.BN), tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
-        return
+        kernel[columns, tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
+        return columns
     tile = M.fitted(M.tile_for(name, n_rows, out.shape[1], S, fused), name)
-    grid = (-(-out.shape[1] // (tile.TN * tile.CT)), -(-n_rows // (tile.TM * tile.RT)))
+    grid = (columns, -(-n_rows // (tile.TM * tile.RT)))
     kernel = M.tiled(name, tile, fused, a, b, epilogue)
     args = (a, b, start, out, rows, S, scale, res, extra)
     nbytes = M.dynamic_bytes(tile, name)  # past 48 KiB the kernel opts in first
     opt_in(kernel, args, nbytes)
     kernel[grid, (tile.CT, tile.RT), Target.stream, nbytes](*args)
+    return columns

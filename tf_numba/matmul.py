@@ -21,7 +21,9 @@ summed; a full chunk is read four steps at a time by vector loads (cudakit.vecto
 split along s. Statements that tf.c's fma build fuses are `mad` (see fp.py); the
 unembedding backward's wte gradient rounds its product first, as its C statement does. The
 element-wise statement tf.c runs next on a product's outputs (gelu, a residual add) can be applied
-as each output is stored (the epilogue).
+as each output is stored (the epilogue); before the softmax, the unembedding's epilogue takes
+each row's largest logit of its block's columns ("max"), so the softmax needs no pass of its own
+for the max.
 
 Kernels are built per kind, tile and fp model (closure constants, so the compiler drops the
 branches that do not apply and keeps the accumulators in registers).
@@ -133,6 +135,15 @@ def row_tile_for(n_cols, s_max):
     return tile
 
 
+def column_blocks(name, n_rows, n_cols, sum_len, fused):
+    """The blocks of columns launch.matmul gives this product: one maximum a row each under the
+    "max" epilogue."""
+    if n_rows == 1 and name in ROW_KINDS:
+        return -(-n_cols // row_tile_for(n_cols, row_s_max(sum_len)).BN)
+    tile = tile_for(name, n_rows, n_cols, sum_len, fused)
+    return -(-n_cols // (tile.TN * tile.CT))
+
+
 def tile_for(name, n_rows, n_cols, sum_len, fused):
     """The tile the sweeps timed fastest for GPT-2's shapes (under fma; the unembedding, tf_fc
     and the input gradients also under nofma), by kind; every tile but the wte gradient's lays its lanes in
@@ -203,14 +214,15 @@ def dynamic_bytes(tile, name):
     return n if n > SHARED_BYTES else 0
 
 
-EPILOGUES = (None, "gelu", "add", "gelu_back")
+EPILOGUES = (None, "gelu", "add", "gelu_back", "max")
 
 
 @functools.cache
 def make_store(epilogue, fused):
     """out[i, j] = v, then the epilogue: the element-wise statement tf.c runs next on the output,
     "gelu" (tf_gelu of it into extra), "add" (tf_add: res + it into extra), "gelu_back"
-    (tf_gelu_back of it, the gelu's input in res, into extra), or None."""
+    (tf_gelu_back of it, the gelu's input in res, into extra), or None. "max" stores v alone:
+    the kernel then takes the maxima of its block's rows (build's and build_row's own code)."""
     assert epilogue in EPILOGUES, epilogue
 
     @cuda.jit(device=True)
@@ -280,6 +292,30 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     load_b = vector_load(TN, VEC) if not b_by_output else vector_load(VEC, 1)
     wait_staged = wait(ST - 2)
     store = make_store(epilogue, fused)
+    MAXIMA = BM * CT  # the "max" epilogue's shared row maxima: a row's CT threads each
+
+    @cuda.jit(device=True)
+    def row_maxima(acc, scale, t, tx, ty, i0, i_end, j0, N, extra):
+        """The "max" epilogue (the unembedding before tf.c's softmax): extra[i, blockIdx.x] = the
+        largest of row i's outputs in this block. A max is exact in any order, so the softmax takes
+        its row's from these (tf_unembedding_exps) without a pass over the logits of its own."""
+        part = cuda.shared.array(MAXIMA, np.float32)
+        for m in range(TM):
+            r = ty * R_OWN + m * R_STEP
+            top = f32(-np.inf)
+            for n in range(TN):
+                v = mul(acc[m, n], scale) if scaled_result else acc[m, n]
+                if j0 + tx * C_OWN + n * C_STEP < N and v > top:
+                    top = v
+            part[r * CT + tx] = top
+        cuda.syncthreads()
+        for r in range(t, BM, NT):
+            if i0 + r < i_end:
+                top = part[r * CT]
+                for c in range(1, CT):
+                    if part[r * CT + c] > top:
+                        top = part[r * CT + c]
+                extra[i0 + r, cuda.blockIdx.x] = top
 
     def make_issue(by_s, ROWS, ROW_LEN, W, full):
         """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
@@ -489,6 +525,8 @@ def build(name, tile, fused, wa, wb, epilogue=None):
                 j = j0 + tx * C_OWN + n * C_STEP
                 if i < i_end and j < N:
                     store(out, res, extra, i, j, mul(acc[m, n], scale) if scaled_result else acc[m, n])
+        if epilogue == "max":
+            row_maxima(acc, scale, t, tx, ty, i0, i_end, j0, N, extra)
 
     kernel.__name__ = kernel.__qualname__ = name + ("_" + epilogue if epilogue else "")  # the C loop's name
     return cuda.jit(kernel)
@@ -499,9 +537,11 @@ def build_row(name, tile, fused, s_max, epilogue=None):
     """The one-row kernel for a ROW_KINDS kind, for sums of at most s_max steps. `epilogue` also
     writes an element-wise function of each finished output, as the kernel that follows it in
     tf.c would (the decode step's launches fused, the same bits): "gelu" (tf_gelu of the output
-    into `extra`), "add" (tf_add: `res` + the output into `extra`)."""
+    into `extra`), "add" (tf_add: `res` + the output into `extra`); "max" the block's largest
+    output into extra[i, blockIdx.x] (the softmax's, as build's)."""
     b_by_output = KINDS[name].b_by_output
     BN, KC, NT = tile
+    assert BN <= NT, tile
     B_COLS, BUF = row_buffer(tile)
     BUFS = 2 * BUF  # constants: shared array shapes must be literals to the GPU compiler
     LOADS = -(-KC * BN // NT)
@@ -580,6 +620,17 @@ def build_row(name, tile, fused, s_max, epilogue=None):
                 acc = chunk(c + 1, n_chunks, r1, np.uint64(BUF), b, xs, bufs, S, j0, N, t, acc)
         if t < BN and j < N:
             store(out, res, extra, i, j, acc)
+        if epilogue == "max":  # as build's row_maxima: this block's largest output
+            part = cuda.shared.array(BN, np.float32)
+            if t < BN:
+                part[t] = acc if j < N else f32(-np.inf)
+            cuda.syncthreads()
+            if t == 0:
+                top = part[0]
+                for c in range(1, BN):
+                    if part[c] > top:
+                        top = part[c]
+                extra[i, cuda.blockIdx.x] = top
 
     kernel.__name__ = kernel.__qualname__ = name + "_row" + ("_" + epilogue if epilogue else "")
     return cuda.jit(kernel)

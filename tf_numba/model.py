@@ -7,9 +7,10 @@ from numba import cuda
 from . import arena
 from .assets import AssetError
 from .config import Config
-from .kernels import ATTN_T_MAX, LN_D_MAX, SOFTMAX_PARTS
+from . import matmul
 from .fp import is_fused
 from .generate import Passes
+from .kernels import ATTN_T_MAX, LN_D_MAX
 
 
 class TFModel:
@@ -19,8 +20,8 @@ class TFModel:
     products that tf.c begins at 0), row ranges for the matrix kernels (matmul.py),
     `last_rows`, the range of the row that generation unembeds (and the decoder computes),
     which its argmax kernel advances on the device, the unembedding softmax's scratch (each row's
-    slices' maxima and 1.0f / its sum: launch.unembedding_softmax) and generation's recorded
-    passes."""
+    largest logit of each of the unembedding's blocks of columns, at most as many as any row count
+    gives, and 1.0f / its sum: launch.unembedding_softmax) and generation's recorded passes."""
 
     def __init__(self, cfg: Config, tensors, fp_model: str):
         if cfg.d_model > LN_D_MAX:  # tf.c itself has no such limit
@@ -40,7 +41,9 @@ class TFModel:
         self.tokens = cuda.device_array(cfg.d_seq + 1, dtype=np.uint16)
         self.zeros = cuda.to_device(np.zeros(max(cfg.d_vocab, 4 * cfg.d_model), dtype=np.float32))
         self.last_rows = cuda.to_device(np.zeros(2, dtype=np.int64))
-        self.softmax_max = cuda.device_array((cfg.d_seq, SOFTMAX_PARTS), dtype=np.float32)
+        blocks = max(matmul.column_blocks("tf_unembedding", n, cfg.d_vocab, cfg.d_model, self.fused)
+                     for n in range(1, cfg.d_seq + 1))
+        self.softmax_max = cuda.device_array((cfg.d_seq, blocks), dtype=np.float32)
         self.r_softmax_exp_sum = cuda.device_array(cfg.d_seq, dtype=np.float32)
         self._rows = {}
         self.passes = Passes()

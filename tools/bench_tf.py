@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 from cudakit.stream import Recorded
+from tf_numba import kernels as K
 from tf_numba import launch
 from tf_numba.checkpoints import c_hex
 from tf_numba.forward import forward
@@ -126,9 +127,9 @@ def time_tf(m, data, fixture, repeats=20):
             "fraction_of_fp32_peak_forward_backward": round(3 * f / fwd_bwd / H200_FP32_PEAK, 4),
         })
         # The logits alone (softmax=False), as PyTorch's forward ends: timed apart, then checked by
-        # the softmax launched on the replayed logits against tf.c's probabilities' checkpoint.
+        # tf.c's softmax (its reference kernel) of the replayed logits against its checkpoint.
         fwd_logits = timed_replays(Recorded(lambda: forward(m, T, last_only=False, softmax=False)), repeats)
-        launch.unembedding_softmax(m.activations.unembedding.out, m.rows(T), T, m.softmax_max, m.r_softmax_exp_sum)
+        launch.blocks(K.tf_unembedding_softmax_chain, T, K.SOFTMAX_THREADS, 0, m.activations.unembedding.out, m.rows(T))
         probs = sequential_sum(m.activations.unembedding.out.reshape(-1)[:T * m.cfg.d_vocab].copy_to_host())
         result["logits_replays_match"] = c_hex(probs) == c_hex(want["forward.unembedding"])
         result["forward_logits_ms"] = round(fwd_logits * 1e3, 3)

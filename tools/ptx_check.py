@@ -67,7 +67,8 @@ def tiled_label(name, tile, fused, wa, wb, epilogue):
     return f"{name}{'_' + epilogue if epilogue else ''} {tile} copies {wa}/{wb} {'fma' if fused else 'nofma'}"
 
 
-PASS_EPILOGUES = {"tf_fc": (None, "gelu", "add"), "tf_fc_back_din": (None, "gelu_back")}  # what the passes launch
+# what the passes launch (the unembedding: "max" before the softmax, none for greedy generation)
+PASS_EPILOGUES = {"tf_fc": (None, "gelu", "add"), "tf_fc_back_din": (None, "gelu_back"), "tf_unembedding": (None, "max")}
 
 
 def gpt2_tiled():
@@ -95,10 +96,8 @@ KERNELS = [
      fast.THREADS, fast.KERNEL_OPTIONS.get("max_registers"), False),
     ("tf_argmax", tf_kernels.tf_argmax, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
     ("tf_argmax_logits", tf_kernels.tf_argmax_logits, (F2, L1, U1), tf_kernels.ARGMAX_THREADS, None, False),
-    ("tf_unembedding_max", tf_kernels.tf_unembedding_max, (F2, L1, I64, F2), tf_kernels.SOFTMAX_PASS_THREADS, None,
-     False),
-    ("tf_unembedding_exps", tf_kernels.tf_unembedding_exps, (F2, L1, I64, F2), tf_kernels.SOFTMAX_PASS_THREADS, None,
-     False),
+    ("tf_unembedding_exps", tf_kernels.tf_unembedding_exps, (F2, L1, I64, F2, I64), tf_kernels.SOFTMAX_PASS_THREADS,
+     None, False),
     ("tf_unembedding_softmax", tf_kernels.tf_unembedding_softmax, (F2, L1, F1), tf_kernels.SOFTMAX_THREADS,
      tf_kernels.SOFTMAX_OPTIONS.get("max_registers"), False),
     ("tf_unembedding_scale", tf_kernels.tf_unembedding_scale, (F2, L1, I64, F1, F2, B), tf_kernels.SOFTMAX_PASS_THREADS, None,

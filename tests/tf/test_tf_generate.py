@@ -169,8 +169,7 @@ def test_argmax_logits_is_the_softmax_argmax(row):
         rows = cuda.to_device(np.array([row, row + 1], dtype=np.int64))
         made = cuda.to_device(np.zeros(len(logits) + 1, dtype=np.uint16))
         if kernel == "faithful":
-            launch.unembedding_softmax(out, rows, 1, cuda.device_array((1, K.SOFTMAX_PARTS), np.float32),
-                                       cuda.device_array(1, np.float32))
+            launch.blocks(K.tf_unembedding_softmax_chain, 1, K.SOFTMAX_THREADS, 0, out, rows)
             launch.blocks(K.tf_argmax, 1, K.ARGMAX_THREADS, 0, out, rows, made)
         else:
             launch.blocks(K.tf_argmax_logits, 1, K.ARGMAX_THREADS, 0, out, rows, made)

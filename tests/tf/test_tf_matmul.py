@@ -127,16 +127,35 @@ def dweight_rows(s, fused, rng):
     return bits(tiled), [want.view(np.uint32)]
 
 
-def unembedding(s, fused, rng, first=None):
-    """The unembedding: every row (training), or only row `first` (generation's last row)."""
+def unembedding(s, fused, rng, first=None, maxima=False):
+    """The unembedding: every row (training), or only row `first` (generation's last row). With
+    `maxima`, the "max" epilogue the softmax reads: each row's largest output of each block of
+    columns, against the faithful kernel's outputs taken by the launch's block width (ties of a
+    kind the C's `>` would pick differently: none in normal logits), and nothing written past
+    the blocks or outside the rows."""
     wte, ln_f = cuda.to_device(random(rng, s.V, s.D)), cuda.to_device(random(rng, s.T, s.D))
     first, end = (0, s.T) if first is None else (first, first + 1)
     out0 = random(rng, s.T, s.V)  # rows outside [first, end) must stay as they are
     tiled, faithful = cuda.to_device(out0), cuda.to_device(out0)
-    launch.matmul("tf_unembedding", ln_f, wte, cuda.to_device(np.zeros(s.V, np.float32)), tiled, rows(first, end),
-                  end - first, fused)
+    held = random(rng, s.T, s.V + 2)
+    tops = cuda.to_device(held)
+    blocks = launch.matmul("tf_unembedding", ln_f, wte, cuda.to_device(np.zeros(s.V, np.float32)), tiled,
+                           rows(first, end), end - first, fused, epilogue="max" if maxima else None,
+                           extra=tops if maxima else None)
     launch.elementwise(K.tf_unembedding, (end - first) * s.V, wte, ln_f, faithful, rows(first, end), fused)
-    return bits(tiled), bits(faithful)
+    if not maxima:
+        return bits(tiled), bits(faithful)
+    if end - first == 1:
+        width = M.row_tile_for(s.V, M.row_s_max(s.D)).BN
+    else:
+        tile = M.tile_for("tf_unembedding", end - first, s.V, s.D, fused)
+        width = tile.TN * tile.CT
+    assert blocks == -(-s.V // width)
+    want = held.copy()
+    logits = faithful.copy_to_host()
+    for q in range(blocks):
+        want[first:end, q] = logits[first:end, q * width:(q + 1) * width].max(axis=1)
+    return bits(tiled, tops), bits(faithful) + [want.view(np.uint32)]
 
 
 def unembedding_back(s, fused, rng):
@@ -173,6 +192,8 @@ ROUTINES = {"tf_fc": fc, "tf_fc_last_row": lambda s, fused, rng: fc(s, fused, rn
             "tf_fc_back": fc_back, "tf_fc_back_gelu_back": lambda s, fused, rng: fc_back(s, fused, rng, "gelu_back"),
             "tf_unembedding": unembedding,
             "tf_unembedding_last_row": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2),
+            "tf_unembedding_max": lambda s, fused, rng: unembedding(s, fused, rng, maxima=True),
+            "tf_unembedding_last_row_max": lambda s, fused, rng: unembedding(s, fused, rng, first=s.T - 2, maxima=True),
             "tf_unembedding_back": unembedding_back}
 
 

@@ -104,8 +104,8 @@ def softmax_reference(logits):
 @pytest.mark.parametrize("kernel", ["scan", "chain"])
 @pytest.mark.parametrize("scale", [1.0, 30.0], ids=["logits", "wide_logits"])
 def test_unembedding_softmax_equals_tf_c(scale, kernel):
-    """launch.unembedding_softmax (the passes' kernels: max, exps and scaling over slices of a row,
-    the ordered sum between) and tf_unembedding_softmax_chain (tf.c's chain, its reference, one
+    """launch.unembedding_softmax (the passes' kernels: the max from the unembedding's maxima, exps
+    and scaling over slices of a row, the ordered sum between) and tf_unembedding_softmax_chain (tf.c's chain, its reference, one
     block a row), each on rows of logits as forward.py launches them, against the numpy loop. The
     rows start at 1, so that a kernel that took rows[0] for 0 would fail."""
     V = 50257 if not config.ENABLE_CUDASIM else 3 * CHUNK // 2 + 5
@@ -117,9 +117,13 @@ def test_unembedding_softmax_equals_tf_c(scale, kernel):
     # training's copy for the backward: rows longer than the logits', as its arena pads them
     poison = np.full((T + 1, V + 3), np.float32(-7.0))
     copy = cuda.to_device(poison)
-    if kernel == "scan":
-        launch.unembedding_softmax(out, rows, T, cuda.device_array((T, K.SOFTMAX_PARTS), np.float32),
-                                   cuda.device_array(T, np.float32), copy)
+    if kernel == "scan":  # after the unembedding's maxima of its blocks of columns (here 7 wide)
+        width = 7
+        blocks = -(-V // width)
+        tops = np.full((T + 1, blocks + 1), np.float32(np.nan))  # row 0 and the spare column: never read
+        for q in range(blocks):
+            tops[1:, q] = logits[1:, q * width:(q + 1) * width].max(axis=1)
+        launch.unembedding_softmax(out, rows, T, cuda.to_device(tops), blocks, cuda.device_array(T, np.float32), copy)
     else:
         launch.blocks(K.tf_unembedding_softmax_chain, T, K.SOFTMAX_THREADS, 0, out, rows)
     got = out.copy_to_host()
