@@ -312,15 +312,23 @@ def check_out(out_dir: Path, names, force: bool, need_bytes=0, option="--out") -
     return missing
 
 
+HELD = {"depth": 0, "signal": None}  # sigterm_held's state: blocks open, a SIGTERM put off
+
+
 @contextlib.contextmanager
 def sigterm_held():
-    """SIGTERM held back until the block is done: a file or folder made and noted for cleanup
-    together (a SIGTERM between the two, the moment the file appears, would leave it behind)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    """SIGTERM put off until the block is done: a file or folder made and noted for cleanup
+    together (a SIGTERM between the two, the moment the file appears, would leave it behind).
+    Put off by `terminated`, not masked: a signal masked in this thread may still reach another
+    (a library's), and Python then runs the handler here all the same."""
+    HELD["depth"] += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        HELD["depth"] -= 1
+        if HELD["depth"] == 0 and HELD["signal"] is not None:
+            signum, HELD["signal"] = HELD["signal"], None
+            raise SystemExit(128 + signum)
 
 
 def write_files(out_dir: Path, files: dict, force: bool, expect_size=None, need_bytes=0) -> None:
@@ -407,7 +415,11 @@ def parse_args(argv):
 
 
 def terminated(signum, frame):
-    """SIGTERM as SystemExit, so that write_files' cleanup runs and removes its temporary files."""
+    """SIGTERM as SystemExit, so that write_files' cleanup runs and removes its temporary files;
+    inside sigterm_held, at the end of its block."""
+    if HELD["depth"]:
+        HELD["signal"] = signum
+        return
     raise SystemExit(128 + signum)
 
 

@@ -341,16 +341,20 @@ class EndlessBody(http.server.BaseHTTPRequestHandler):
 
 
 # A SIGTERM the moment the temporary file exists, before write_files has noted it (inside
-# mkstemp): sent by the process to itself, so the window is hit every time, not by chance.
+# mkstemp): sent by the process to itself, so the window is hit every time, not by chance; and
+# with a second thread that takes signals, as a library's may (where masking the main thread's
+# signals failed on the H200: the other thread took it, and Python ran the handler all the same).
 SIGTERM_IN_MKSTEMP = """
-import os, signal, sys, tempfile
+import os, signal, sys, tempfile, threading
 sys.path.insert(0, sys.argv[2])
 import tf_assets
 from pathlib import Path
+threading.Thread(target=lambda: threading.Event().wait(60), daemon=True).start()
 made = tempfile.mkstemp
 def mkstemp(*args, **kwargs):
     fd, path = made(*args, **kwargs)
     os.kill(os.getpid(), signal.SIGTERM)
+    signal.pthread_kill(threading.main_thread().ident, 0)  # a moment for the handler to run here
     return fd, path
 tempfile.mkstemp = mkstemp
 signal.signal(signal.SIGTERM, tf_assets.terminated)
