@@ -33,8 +33,9 @@ from tf_numba.model import TFModel  # noqa: E402
 from tf_numba.training import run_step  # noqa: E402
 
 
-def grouped_forward(m, T, G, ranges):
-    """forward(m, T, last_only=False) with the rows in G groups, each a chain of the graph."""
+def grouped_forward(m, T, G, ranges, probs_copy=None):
+    """forward(m, T, last_only=False, probs_copy=probs_copy) with the rows in G groups, each a
+    chain of the graph."""
     cfg, p, a, fused = m.cfg, m.parameters, m.activations, m.fused
     D, d_k = cfg.d_model, cfg.d_k
     bounds = [T * g // G for g in range(G + 1)]
@@ -81,8 +82,10 @@ def grouped_forward(m, T, G, ranges):
         launch.ln(p.ln_f.weight, p.ln_f.bias, last, a.ln_f.r_std, a.ln_f.mean, a.ln_f.out, rows[g], n[g], fused)
         chains[g] = Target.stream
     Target.stream = type(chains[0]).join(*chains) if rec and G > 1 else chains[0]
-    launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, m.rows(T), T, fused)
-    launch.unembedding_softmax(a.unembedding.out, m.rows(T), T, m.softmax_max, m.r_softmax_exp_sum)
+    maxima = launch.matmul("tf_unembedding", a.ln_f.out, p.wte.weight, m.zeros, a.unembedding.out, m.rows(T), T,
+                           fused, epilogue="max", extra=m.softmax_max)
+    launch.unembedding_softmax(a.unembedding.out, m.rows(T), T, m.softmax_max, maxima, m.r_softmax_exp_sum,
+                               probs_copy)
 
 
 def activations_bits(m):
@@ -118,7 +121,7 @@ def main():
 
         def step():
             zero_gradients(m)
-            grouped_forward(m, T, G, ranges)
+            grouped_forward(m, T, G, ranges, m.activations_back.unembedding.out)  # the backward's copy
             backward(m, T)
 
         m.activations.raw.copy_to_device(np.full(m.activations.raw.shape, np.nan, np.float32))

@@ -49,7 +49,10 @@ def main():
           f"{launch.softmax_parts(T)} slices a row")
     logits = np.random.default_rng(0).standard_normal((T, 50257), dtype=np.float32)
     rows = cuda.to_device(np.array([0, T], np.int64))
-    scratch = cuda.device_array((T, K.SOFTMAX_PARTS), np.float32), cuda.device_array(T, np.float32)
+    # the unembedding's "max" epilogue, as forward.py launches it: each row's maxima of 64 columns
+    blocks = -(-logits.shape[1] // 64)
+    tops = np.stack([logits[:, q * 64:(q + 1) * 64].max(axis=1) for q in range(blocks)], axis=1)
+    scratch = cuda.to_device(np.ascontiguousarray(tops)), blocks, cuda.device_array(T, np.float32)
     passes = {
         "launch.unembedding_softmax": lambda out: launch.unembedding_softmax(out, rows, T, *scratch),
         "tf_unembedding_softmax_chain": lambda out: launch.blocks(K.tf_unembedding_softmax_chain, T,

@@ -28,6 +28,7 @@ from cudakit import stream  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import assets, launch, training  # noqa: E402
 from tf_numba import kernels as K  # noqa: E402
+from tf_numba import matmul as M  # noqa: E402
 from tf_numba.forward import forward  # noqa: E402
 from tf_numba.model import TFModel  # noqa: E402
 from tf_numba.training import run_step, training_step  # noqa: E402
@@ -68,17 +69,28 @@ def patched(obj, name, value):
         setattr(obj, name, old)
 
 
-def softmax_chain(out, rows, n, softmax_max, r_softmax_exp_sum):
-    """launch.unembedding_softmax's stand-in: the reference kernel, tf.c's chain, a block a row."""
-    launch.blocks(K.tf_unembedding_softmax_chain, n, K.SOFTMAX_THREADS, 0, out, rows)
+def softmax_stand_in(ones, chain):
+    """launch.unembedding_softmax's stand-in: the reference kernel, tf.c's chain, a block a row
+    (`chain`), or no softmax; either way training's copy for the backward, by the scaling kernel
+    at a factor of exactly 1 (ones: a device array of at least the rows)."""
+    def softmax(out, rows, n, softmax_max, maxima, r_softmax_exp_sum, copy=None):
+        if chain:
+            launch.blocks(K.tf_unembedding_softmax_chain, n, K.SOFTMAX_THREADS, 0, out, rows)
+        if copy is not None:
+            parts = launch.softmax_parts(n)
+            launch.blocks(K.tf_unembedding_scale, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, ones, copy,
+                          True)
+    return softmax
 
 
 def skipping_matmul(names):
     real = launch.matmul
 
-    def matmul(name, *args, **kw):
+    def matmul(name, a, b, start, out, rows, n_rows, fused, **kw):
         if name not in names:
-            real(name, *args, **kw)
+            return real(name, a, b, start, out, rows, n_rows, fused, **kw)
+        # what the launch would have returned (the unembedding's blocks, for the softmax)
+        return M.column_blocks(name, n_rows, out.shape[1], kw.get("S") or a.shape[1], fused)
     return matmul
 
 
@@ -103,7 +115,7 @@ def prefetching_matmul(order, ahead, sink):
             with stream.beside(f"prefetch{n}"):
                 w = order[n + ahead]
                 l2_prefetch[PREFETCH_BLOCKS, PREFETCH_THREADS, Target.stream](w, sink)
-        real(name, a, b, *args, **kw)
+        return real(name, a, b, *args, **kw)
     return matmul, count
 
 
@@ -116,7 +128,7 @@ def weight_order(m):
     def matmul(name, a, b, *args, **kw):
         streamed = name in ("tf_fc", "tf_fc_back_din") and b.size * 4 < 16 << 20
         order.append(b.reshape(-1) if streamed else None)
-        real(name, a, b, *args, **kw)
+        return real(name, a, b, *args, **kw)
     with patched(launch, "matmul", matmul):
         training_step(m, T)
     cuda.synchronize()
@@ -132,6 +144,7 @@ def main():
     run_step(m, data, T)
     cuda.synchronize()
     sink = cuda.device_array(1, np.float32)
+    ones = cuda.to_device(np.ones(T, np.float32))
 
     def fwd():
         forward(m, T, last_only=False)
@@ -146,7 +159,7 @@ def main():
     report("as it is")
     mode = sys.argv[4] if len(sys.argv) > 4 else "all"
     if mode in ("all", "softmax"):
-        with patched(launch, "unembedding_softmax", softmax_chain):
+        with patched(launch, "unembedding_softmax", softmax_stand_in(ones, True)):
             report("softmax by tf.c's chain (the reference)")
     if mode != "all":
         return
@@ -164,7 +177,7 @@ def main():
         report("no tf_unembedding_back_din")
     with patched(launch, "matmul", skipping_matmul({"tf_unembedding"})):
         report("no tf_unembedding")
-    with patched(launch, "unembedding_softmax", lambda *args: None):
+    with patched(launch, "unembedding_softmax", softmax_stand_in(ones, False)):
         report("no unembedding softmax")
     with patched(launch, "ln", lambda *a, **k: None), patched(launch, "ln_back", lambda *a, **k: None):
         report("no layer norms")
