@@ -7,7 +7,8 @@ tile change within a sweep's noise, or on a graph branch, is judged here by the 
     python3 tools/experiments/tile_variants.py ASSETS_DIR fma|nofma KIND:ROWSxCOLSxSUM=TILE ...
 
 TILE is a tf_matmul_sweep label (TMxTN/RTxCT/BK/ST[/q], or a name such as t_wide). For example,
-nofma's three changes left as a lead in docs/tf.md (not yet run):
+nofma's three changes from docs/tf.md's lead (run on 2026-12-03: within noise of main,
+docs/results/2026-12-03-h200-likeforlike/tile_variants_nofma.txt):
 
     python3 tools/experiments/tile_variants.py /tmp/g nofma tf_fc:64x2304x768=2x2/8x16/64/2/q \\
         tf_fc:64x3072x768=2x2/8x16/64/2/q tf_fc_back_din:64x768x768=2x2/8x16/64/4/q \\
