@@ -691,17 +691,24 @@ def slice_max(row, lo, hi, t, threads):
 
 
 @cuda.jit(device=True)
+def largest(x, start, n):
+    """The largest of x[start:start + n], n >= 1, read in turn by one thread: a block's partial
+    maxima (a max is exact in any order)."""
+    top = x[start]
+    for c in range(1, n):
+        if x[start + c] > top:
+            top = x[start + c]
+    return top
+
+
+@cuda.jit(device=True)
 def row_max(row, V, t, partial):
     """The largest of row[0:V] (exact in any order): each of the block's SOFTMAX_THREADS threads
     takes its share (slice_max), then thread 0 takes the largest of theirs. Every thread gets it."""
-    m = slice_max(row, 0, V, t, SOFTMAX_THREADS)
-    partial[t] = m
+    partial[t] = slice_max(row, 0, V, t, SOFTMAX_THREADS)
     cuda.syncthreads()
     if t == 0:
-        for j in range(1, SOFTMAX_THREADS):
-            if partial[j] > m:
-                m = partial[j]
-        partial[0] = m
+        partial[0] = largest(partial, 0, SOFTMAX_THREADS)
     cuda.syncthreads()
     return partial[0]
 

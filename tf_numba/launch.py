@@ -112,15 +112,13 @@ def matmul(name, a, b, start, out, rows, n_rows, fused, S=None, scale=None, epil
     S = a.shape[1] if S is None else S
     scale = K.ONE if scale is None else scale
     res, extra = out if res is None else res, out if extra is None else extra
-    columns = M.column_blocks(name, n_rows, out.shape[1], S, fused)
+    tile = M.launch_tile(name, n_rows, out.shape[1], S, fused)
+    columns = M.column_blocks(tile, out.shape[1])
     assert epilogue != "max" or extra.shape[1] >= columns, "the maxima's array has a column a block"
-    if n_rows == 1 and name in M.ROW_KINDS:
-        s_max = M.row_s_max(S)
-        tile = M.row_tile_for(out.shape[1], s_max)
-        kernel = M.build_row(name, tile, fused, s_max, epilogue)
+    if isinstance(tile, M.RowTile):
+        kernel = M.build_row(name, tile, fused, M.row_s_max(S), epilogue)
         kernel[columns, tile.NT, Target.stream](a, b, start, out, rows, S, scale, res, extra)
         return columns
-    tile = M.fitted(M.tile_for(name, n_rows, out.shape[1], S, fused), name)
     grid = (columns, -(-n_rows // (tile.TM * tile.RT)))
     kernel = M.tiled(name, tile, fused, a, b, epilogue)
     args = (a, b, start, out, rows, S, scale, res, extra)

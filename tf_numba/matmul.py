@@ -47,7 +47,7 @@ from cudakit.asynccopy import UNIT, commit, copy_async, copy_at, global_address,
 from cudakit.devmath import mad, mul
 from cudakit.vector import SHARED_ALIGN, vector_load
 
-from .kernels import U, U1, gelu, gelu_back, staged_dot
+from .kernels import U, U1, gelu, gelu_back, largest, staged_dot
 
 U32 = np.uint32  # see build's chunk counters
 
@@ -135,13 +135,18 @@ def row_tile_for(n_cols, s_max):
     return tile
 
 
-def column_blocks(name, n_rows, n_cols, sum_len, fused):
-    """The blocks of columns launch.matmul gives this product: one maximum a row each under the
-    "max" epilogue."""
+def launch_tile(name, n_rows, n_cols, sum_len, fused):
+    """The tile launch.matmul launches this product with: row_tile_for's for one row of a ROW_KINDS
+    kind (build_row), else tile_for's, fitted to this GPU's shared memory (build)."""
     if n_rows == 1 and name in ROW_KINDS:
-        return -(-n_cols // row_tile_for(n_cols, row_s_max(sum_len)).BN)
-    tile = tile_for(name, n_rows, n_cols, sum_len, fused)
-    return -(-n_cols // (tile.TN * tile.CT))
+        return row_tile_for(n_cols, row_s_max(sum_len))
+    return fitted(tile_for(name, n_rows, n_cols, sum_len, fused), name)
+
+
+def column_blocks(tile, n_cols):
+    """The blocks of columns of n_cols outputs under launch_tile's tile: one maximum a row each under
+    the "max" epilogue."""
+    return -(-n_cols // (tile.BN if isinstance(tile, RowTile) else tile.TN * tile.CT))
 
 
 def tile_for(name, n_rows, n_cols, sum_len, fused):
@@ -311,11 +316,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
         cuda.syncthreads()
         for r in range(t, BM, NT):
             if i0 + r < i_end:
-                top = part[r * CT]
-                for c in range(1, CT):
-                    if part[r * CT + c] > top:
-                        top = part[r * CT + c]
-                extra[i0 + r, cuda.blockIdx.x] = top
+                extra[i0 + r, cuda.blockIdx.x] = largest(part, r * CT, CT)
 
     def make_issue(by_s, ROWS, ROW_LEN, W, full):
         """The copies of one operand's chunk from s0 into the shared buffer at `base`, W floats
@@ -626,11 +627,7 @@ def build_row(name, tile, fused, s_max, epilogue=None):
                 part[t] = acc if j < N else f32(-np.inf)
             cuda.syncthreads()
             if t == 0:
-                top = part[0]
-                for c in range(1, BN):
-                    if part[c] > top:
-                        top = part[c]
-                extra[i, cuda.blockIdx.x] = top
+                extra[i, cuda.blockIdx.x] = largest(part, 0, BN)
 
     kernel.__name__ = kernel.__qualname__ = name + "_row" + ("_" + epilogue if epilogue else "")
     return cuda.jit(kernel)

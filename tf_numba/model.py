@@ -41,8 +41,8 @@ class TFModel:
         self.tokens = cuda.device_array(cfg.d_seq + 1, dtype=np.uint16)
         self.zeros = cuda.to_device(np.zeros(max(cfg.d_vocab, 4 * cfg.d_model), dtype=np.float32))
         self.last_rows = cuda.to_device(np.zeros(2, dtype=np.int64))
-        blocks = max(matmul.column_blocks("tf_unembedding", n, cfg.d_vocab, cfg.d_model, self.fused)
-                     for n in range(1, cfg.d_seq + 1))
+        blocks = max(matmul.column_blocks(matmul.launch_tile("tf_unembedding", n, cfg.d_vocab, cfg.d_model, self.fused),
+                                          cfg.d_vocab) for n in range(1, cfg.d_seq + 1))
         self.softmax_max = cuda.device_array((cfg.d_seq, blocks), dtype=np.float32)
         self.r_softmax_exp_sum = cuda.device_array(cfg.d_seq, dtype=np.float32)
         self._rows = {}

@@ -90,7 +90,8 @@ def skipping_matmul(names):
         if name not in names:
             return real(name, a, b, start, out, rows, n_rows, fused, **kw)
         # what the launch would have returned (the unembedding's blocks, for the softmax)
-        return M.column_blocks(name, n_rows, out.shape[1], kw.get("S") or a.shape[1], fused)
+        return M.column_blocks(M.launch_tile(name, n_rows, out.shape[1], kw.get("S") or a.shape[1], fused),
+                               out.shape[1])
     return matmul
 
 
