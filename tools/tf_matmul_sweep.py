@@ -5,7 +5,10 @@ operand a pass streams from memory (a weight, or the weight gradient written) cy
 copies past the L2, as in a pass; each shape class gets its own candidates. With --row it times
 the one-row kernel (build_row: generation's decode step) under candidate row tiles.
 
-    python3 tools/tf_matmul_sweep.py [--row] [--fp-model fma|nofma] [--out FILE.json]
+    python3 tools/tf_matmul_sweep.py [--row] [--fp-model fma|nofma] [--l2-resident] [--out FILE.json]
+
+--l2-resident keeps one copy of the streamed operand, which stays in the L2 from launch to launch:
+what a product would take with its weights read into the L2 ahead of it.
 
 Exit status: 0 done; 1 a tile that gives other bits, or an --out that cannot be written; 2 a usage error.
 """
@@ -50,7 +53,7 @@ def _tile(label):
 
 
 CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "unembed": M.UNEMBED, "unembed_nofma": M.UNEMBED_NOFMA, "t_wide": M.T_WIDE,
-              "t_narrow": M.T_NARROW, "t_warp": M.T_WARP, "t_tall": M.T_TALL, "row": M.ROW, "t_deep": M.T_DEEP}
+              "t_warp": M.T_WARP, "t_tall": M.T_TALL, "row": M.ROW, "t_deep": M.T_DEEP}
 # Many outputs (weight gradients, the training unembedding): big tiles, whose loads serve more fmas;
 # rows of 32 threads (x32), whose warps share their rows of A: one address a warp's A load.
 MANY_OUTPUTS = ["wide", "mid", "unembed", "unembed_nofma", "8x4/8x16/32/3/q", "8x2/8x16/32/2/q", "4x2/8x16/32/2",
@@ -58,7 +61,7 @@ MANY_OUTPUTS = ["wide", "mid", "unembed", "unembed_nofma", "8x4/8x16/32/3/q", "8
                 "4x4/4x32/32/2", "8x1/4x32/32/2", "8x2/2x32/32/3"]
 # T rows: more outputs a thread against blocks few and small enough to spread over every
 # multiprocessor; the quad lane layout (/q) against the plain one, and rows of 32 threads.
-T_ROWS = ["t_wide", "t_narrow", "t_warp", "t_tall", "2x2/8x12/64/4/q", "2x2/8x8/64/4/q", "2x2/8x16/64/3",
+T_ROWS = ["t_wide", "2x2/8x12/64/6/q", "t_warp", "t_tall", "2x2/8x12/64/4/q", "2x2/8x8/64/4/q", "2x2/8x16/64/3",
           "2x2/8x8/64/4", "2x1/8x16/64/4/q", "4x1/8x16/32/4/q", "4x2/4x16/64/3/q", "4x2/8x8/64/3/q", "2x4/8x8/64/3/q",
           "2x2/4x16/64/4/q", "2x2/4x32/64/3", "2x2/2x32/64/4", "4x2/4x32/64/3", "4x2/2x32/64/3", "8x2/2x32/64/3",
           "4x1/4x32/64/3", "2x1/4x32/64/4", "4x4/2x32/64/3", "8x1/2x32/64/3", "2x1/2x32/64/4"]
@@ -148,8 +151,9 @@ def time_kernel(kernel, grid, block, args, repeats=20, replays=10, nbytes=0):
     return (time.perf_counter() - t) / (replays * repeats) * 1e6
 
 
-def sweep_rows(fused):
-    """The one-row kernel at the decode step's shapes under every row tile that fits shared memory."""
+def sweep_rows(fused, resident=False):
+    """The one-row kernel at the decode step's shapes under every row tile that fits shared memory
+    (the weights cycled past the L2, or one copy of them `resident` in it)."""
     rng = np.random.default_rng(0)
     results, total_chosen, total_best = [], 0.0, 0.0
     for kind, cols, S, b_shape, per_step in ROW_SHAPES:
@@ -157,7 +161,7 @@ def sweep_rows(fused):
         a = cuda.to_device(rng.standard_normal((4, S), dtype=np.float32))
         # copies of the weights past the H200's 50 MB L2, as a pass streams every layer's from memory
         host_b = rng.standard_normal(b_shape, dtype=np.float32)
-        bs = [cuda.to_device(host_b) for _ in range(copies_past_l2(host_b.nbytes))]
+        bs = [cuda.to_device(host_b) for _ in range(1 if resident else copies_past_l2(host_b.nbytes))]
         start = cuda.to_device(rng.standard_normal(cols, dtype=np.float32))
         row_range = cuda.to_device(np.array([2, 3], dtype=np.int64))
         chosen = M.row_tile_for(cols, s_max)
@@ -216,7 +220,7 @@ def _init_worker(lock):
 
 
 def time_tile(job):
-    """(index, label, fused) -> (index, label, µs a launch, sha256 of the output's bits), in a
+    """(index, label, fused, resident) -> (index, label, µs a launch, sha256 of the output's bits), in a
     worker: its own CUDA context; the kernel compiled beside the other workers, timed while this
     worker alone holds the GPU. A tile that fails to compile or launch gives (index, label,
     None, the error), so that one bad candidate costs no other's figure."""
@@ -226,13 +230,14 @@ def time_tile(job):
         return job[0], job[1], None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
-def _time_tile(index, label, fused):
+def _time_tile(index, label, fused, resident):
     import hashlib
     import contextlib
 
     kind, rows, cols, S, *_ = SHAPES[index]
     tile = CANDIDATES[label] if label in CANDIDATES else _tile(label)  # a spawned worker knows only the named ones
     a, host_b, start, row_range, init, copies = shape_operands(index)
+    copies = 1 if resident else copies
     a, start, row_range = cuda.to_device(a), cuda.to_device(start), cuda.to_device(row_range)
     bs = [cuda.to_device(host_b) for _ in range(copies if STREAMED[kind] == "b" else 1)]
     outs = [cuda.to_device(init) for _ in range(1 if STREAMED[kind] == "b" else copies)]
@@ -249,10 +254,10 @@ def _time_tile(index, label, fused):
     return index, label, round(us, 1), digest
 
 
-def sweep_tiles(fused, jobs, kinds=None, tiles=None):
+def sweep_tiles(fused, jobs, kinds=None, tiles=None, resident=False):
     """The tiled kernel at a training step's shapes (those of `kinds`, or all) under the candidates
     of each shape's class (or `tiles`), compiled by `jobs` processes side by side (each with its own CUDA
-    context), timed one at a time."""
+    context), timed one at a time; the streamed operand cycled past the L2, or `resident` in it."""
     import multiprocessing
 
     work, chosen = [], {}
@@ -260,7 +265,7 @@ def sweep_tiles(fused, jobs, kinds=None, tiles=None):
         if rows == 1 or (kinds and kind not in kinds):
             continue
         chosen[index], labels = candidates(kind, rows, cols, M.tile_for(kind, rows, cols, S, fused), tiles)
-        work += [(index, label, fused) for label in labels
+        work += [(index, label, fused, resident) for label in labels
                  if CANDIDATES[label].ST * M.stage_bytes(CANDIDATES[label], kind) <= sharedmem.H200_OPTIN]
     def report(results):
         for result in results:  # as each finishes, so that a sweep cut short keeps its figures
@@ -308,6 +313,8 @@ def main(argv=None):
     ap = OneLineParser(prog="tf_matmul_sweep.py", description=__doc__.splitlines()[0])
     ap.add_argument("--row", action="store_true", help="the one-row kernel at the decode step's shapes")
     ap.add_argument("--fp-model", choices=FP_MODELS, default="fma")
+    ap.add_argument("--l2-resident", action="store_true",
+                    help="one copy of the streamed operand (a weight), left in the L2 between launches")
     ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
     ap.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                     help="processes compiling the tiled kernels side by side (default: one a core)")
@@ -324,10 +331,11 @@ def main(argv=None):
         return 1
     quiet()
     fused = is_fused(args.fp_model)
-    table = sweep_rows(fused) if args.row else sweep_tiles(fused, args.jobs, args.kinds, args.tiles)
+    table = sweep_rows(fused, args.l2_resident) if args.row else \
+        sweep_tiles(fused, args.jobs, args.kinds, args.tiles, args.l2_resident)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"fp_model": args.fp_model, **table}, indent=1))
+        args.out.write_text(json.dumps({"fp_model": args.fp_model, "l2_resident": args.l2_resident, **table}, indent=1))
     return 0
 
 
