@@ -74,7 +74,7 @@ KINDS = {
 # at once (their copies in flight while one is summed); QUAD: a warp's lanes in 2 x 2 quads (see build).
 Tile = namedtuple("Tile", "TM TN RT CT BK ST QUAD", defaults=(False,))
 if config.ENABLE_CUDASIM:  # one simulated thread per block: the simulator pays per thread and per block
-    WIDE = MID = UNEMBED = UNEMBED_NOFMA = T_WIDE = T_NARROW = T_WARP = T_TALL = T_DEEP = ROW = \
+    WIDE = MID = UNEMBED = UNEMBED_NOFMA = T_WIDE = T_WARP = T_TALL = T_DEEP = ROW = \
         Tile(16, 16, 1, 1, 32, 3)
 else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-02-h200-quad/sweep_fma.json)
     WIDE = Tile(4, 4, 8, 16, 32, 2)
@@ -83,12 +83,10 @@ else:  # chosen with tools/tf_matmul_sweep.py on an H200 (docs/results/2026-12-0
     # separate products and adds make 32 outputs a thread issue-bound, and 4 x 4 ran faster
     # (docs/results/2026-12-02-h200-pdl/sweep_unembedding_{dbac1c9,nofma}.log)
     UNEMBED, UNEMBED_NOFMA = Tile(8, 4, 8, 16, 32, 2, True), Tile(4, 4, 16, 8, 32, 2, True)
+    # every T-row tf_fc: 16 x 32 outputs a block. At 768 columns, 192 blocks; nofma's twice the
+    # arithmetic a step runs faster with 4 chunks (tile_for: docs/results/2026-12-03-h200-merged,
+    # sweep_fc_nofma_wide.json), fma's with 3 (docs/results/2026-12-03-h200-probes)
     T_WIDE = Tile(2, 2, 8, 16, 64, 3, True)
-    # 16 x 24 outputs a block: 768 columns make 128 blocks of 3 warps, at most one a multiprocessor
-    # (docs/results/2026-12-02-h200-pdl/sweep_t_rows_dbac1c9.log). nofma's twice the arithmetic
-    # a step runs faster in T_WIDE's 192 blocks with 4 chunks (tile_for): mlp.c_proj 30.6 against
-    # 32.7 us (docs/results/2026-12-03-h200-merged/sweep_fc_nofma_wide.json)
-    T_NARROW = Tile(2, 2, 8, 12, 64, 6, True)
     T_WARP = Tile(2, 2, 4, 8, 64, 4, True)  # a warp a block (docs/results/2026-12-02-h200-warp/sweep_warp.log)
     T_TALL = Tile(4, 2, 8, 8, 64, 3, True)
     T_DEEP = Tile(2, 2, 8, 16, 64, 10, True)  # T_WIDE with 9 chunks in flight (132.5 KiB): the 50,257-step sums
@@ -158,10 +156,8 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     - the wte gradient (50,257 x 768 sums of T terms): 4 x 4 outputs a thread;
     - the training unembedding: 8 x 4 outputs a thread (UNEMBED; 4 x 4 under nofma); the other
       weight gradients: 4 x 2 (MID); both T_WIDE where there are at most a million outputs;
-    - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE) where there are more
-      than 1,024 columns (c_attn, c_fc), else of 8 x 12 (T_NARROW: 128 blocks for the 768-column
-      products, at most one a multiprocessor; under nofma T_WIDE with 4 chunks); for the
-      768-column input gradients, blocks of one warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in
+    - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE; for the 768-column
+      products under nofma with 4 chunks); for the 768-column input gradients, blocks of one warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in
       8 x 8 for the input gradient with 3,072 columns (T_TALL; under nofma T_WIDE, 21.1 against
       24.1 us: docs/results/2026-12-03-h200-nofma/sweep_din_nofma.json); the unembedding's input
       gradient, whose 50,257-step sums stream wte from memory, T_WIDE with 10 chunks staged
@@ -180,7 +176,7 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
         return T_DEEP
     if KINDS[name].b_by_output:
         return (T_TALL if fused else T_WIDE) if n_cols > 1024 else T_WARP
-    return T_WIDE if n_cols > 1024 else T_NARROW if fused else T_WIDE._replace(ST=4)
+    return T_WIDE if n_cols > 1024 or fused else T_WIDE._replace(ST=4)
 
 
 def copy_width(x, by_s, rows):

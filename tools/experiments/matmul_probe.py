@@ -2,7 +2,7 @@
 and cudaProfilerStop, so that ncu can say where its time goes (stall reasons, occupancy, memory):
 
     ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section WarpStateStats \\
-        --section MemoryWorkloadAnalysis python3 tools/experiments/matmul_probe.py tf_fc 64 768 3072 t_narrow 2x2/8x8/64/4
+        --section MemoryWorkloadAnalysis python3 tools/experiments/matmul_probe.py tf_fc 64 768 3072 t_wide 2x2/8x12/64/6/q
 
 Arguments: kind, rows, columns, sum length, then tile labels of tools/tf_matmul_sweep.py.
 """
