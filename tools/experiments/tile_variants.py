@@ -32,7 +32,7 @@ from tf_numba.model import TFModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = ("validate_checkpoints_match", "after_graph_replays_match", "graph_arenas_equal_eager", "forward_ms",
-        "forward_backward_ms", "error")
+        "forward_logits_ms", "forward_backward_ms", "error")
 
 
 def overrides(specs):
@@ -46,22 +46,34 @@ def overrides(specs):
     return table
 
 
-def main(argv):
-    assets_dir, fp_model, table = Path(argv[0]), argv[1], overrides(argv[2:])
+def timed_runs(assets_dir, fp_model, runs):
+    """For each (label, setup) of runs: setup(), then a fresh TFModel's recorded pass timed and
+    checked (bench_tf.time_tf), printed as one line. ln_runs_probe.py runs its variants so too."""
     cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
     data = assets.load_data(assets_dir / "data", cfg.d_vocab)
     fixture = ROOT / "tests" / "fixtures" / f"tf_oracle_gpt2_{fp_model}.json"
+    for label, setup in runs:
+        setup()
+        m = TFModel(cfg, tensors, fp_model)
+        r = time_tf(m, data, fixture)
+        print(label, json.dumps({k: r.get(k) for k in KEYS}), flush=True)
+        del m
+
+
+def main(argv):
+    assets_dir, fp_model, table = Path(argv[0]), argv[1], overrides(argv[2:])
     main_tile_for = M.tile_for
 
     def tile_for(name, n_rows, n_cols, sum_len, fused):
         return table.get((name, n_rows, n_cols, sum_len)) or main_tile_for(name, n_rows, n_cols, sum_len, fused)
 
-    for label, choose in (("main", main_tile_for), ("overrides", tile_for), ("main", main_tile_for)):
-        M.tile_for = choose  # launch.matmul asks matmul.tile_for at each launch
-        m = TFModel(cfg, tensors, fp_model)
-        r = time_tf(m, data, fixture)
-        print(label, json.dumps({k: r.get(k) for k in KEYS}), flush=True)
-        del m
+    def choosing(choose):
+        def setup():
+            M.tile_for = choose  # launch.matmul asks matmul.tile_for at each launch
+        return setup
+
+    timed_runs(assets_dir, fp_model, [("main", choosing(main_tile_for)), ("overrides", choosing(tile_for)),
+                                      ("main", choosing(main_tile_for))])
     return 0
 
 
