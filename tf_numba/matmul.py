@@ -157,11 +157,12 @@ def tile_for(name, n_rows, n_cols, sum_len, fused):
     - the training unembedding: 8 x 4 outputs a thread (UNEMBED; 4 x 4 under nofma); the other
       weight gradients: 4 x 2 (MID); both T_WIDE where there are at most a million outputs;
     - T rows: 2 x 2 outputs a thread, in blocks of 8 x 16 threads (T_WIDE; for the 768-column
-      products under nofma with 4 chunks); for the 768-column input gradients, blocks of one warp (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in
-      8 x 8 for the input gradient with 3,072 columns (T_TALL; under nofma T_WIDE, 21.1 against
-      24.1 us: docs/results/2026-12-03-h200-nofma/sweep_din_nofma.json); the unembedding's input
-      gradient, whose 50,257-step sums stream wte from memory, T_WIDE with 10 chunks staged
-      (dynamic shared memory).
+      products under nofma with 4 chunks); for the 768-column input gradients, blocks of one warp
+      (T_WARP: 4 x 8 threads, 384 blocks); 4 x 2 in 8 x 8 for the input gradient with 3,072
+      columns (T_TALL; under nofma T_WIDE, 21.1 against 24.1 us:
+      docs/results/2026-12-03-h200-nofma/sweep_din_nofma.json); the unembedding's input gradient,
+      whose 50,257-step sums stream wte from memory, T_WIDE with 10 chunks staged (dynamic shared
+      memory).
     Generation asks with the same shapes at every length (one row to unembed, a bucket of rows
     otherwise), so its first, unrecorded pass compiles every kernel it needs."""
     if n_rows == 1:
