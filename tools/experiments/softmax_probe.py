@@ -36,6 +36,7 @@ def geometry(text):
     ordered.THREADS, ordered.PER, ordered.GROUPS, ordered.HEAD = threads, per, groups, head
     ordered.GROUP, ordered.WINDOW = ordered.layout(threads, per, groups)
     K.SOFTMAX_THREADS, K.SOFTMAX_GROUPS, K.SOFTMAX_CHUNK = threads, groups, ordered.WINDOW
+    assert K.SOFTMAX_CHUNK <= threads * K.SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
     options = K.softmax_options(threads)
     for name in ("tf_unembedding_softmax", "tf_unembedding_softmax_chain"):
         setattr(K, name, cuda.jit(**options)(getattr(K, name).py_func))
