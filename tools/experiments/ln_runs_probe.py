@@ -10,7 +10,10 @@ norms where they run, once each in a recorded pass. A variant is main's code thr
 staged_sum and staged_squared_differences compiled again with the variant's LN_THREADS and
 STAGED_UNROLL (main's other kernels keep theirs).
 
-    python3 tools/experiments/ln_runs_probe.py ASSETS_DIR fma|nofma THREADSxRUNS ...
+    python3 tools/experiments/ln_runs_probe.py ASSETS_DIR fma|nofma THREADSxRUNS[p] ...
+
+A trailing p pipelines the chains (pipelined_chains: two register sets of RUNS steps, one set's
+loads issued before the other's adds).
 
 For example `1024x8 1024x16 1024x64 256x64 256x128`. On the H200 on 2026-12-03 every one of those
 made the recorded forward slower than main's 1024 x 32 (docs/results/2026-12-03-h200-probes; the
@@ -37,11 +40,91 @@ def rebuilt(jitted, names, device=False):
     return cuda.jit(types.FunctionType(f.__code__, names, f.__name__), device=device)
 
 
-def tf_ln_variant(threads, runs):
+def pipelined_chains(R):
+    """(staged_sum, staged_squared_differences) as kernels.py's, with two register sets of R steps:
+    the loads of one set are issued before the other's adds, so that a set's loads fly while the
+    set before is added (kernels.py's runs leave that order to the compiler)."""
+    RU, TWO = np.uint64(R), np.uint64(2)
+
+    @cuda.jit(device=True)
+    def fill(v, x, at):
+        for u in range(R):
+            v[u] = x[at + np.uint64(u)]
+
+    @cuda.jit(device=True)
+    def add(total, v):
+        for u in range(R):
+            total += v[u]
+        return total
+
+    @cuda.jit(device=True)
+    def add_squares(total, v, m, fused):
+        for u in range(R):
+            d = v[u] - m
+            total = K.mad(fused, d, d, total)
+        return total
+
+    @cuda.jit(device=True)
+    def staged_sum(total, x, x0, n):
+        a = cuda.local.array(R, np.float32)
+        b = cuda.local.array(R, np.float32)
+        n = np.uint64(n)
+        runs, r = n // RU, np.uint64(0)
+        if runs > r:
+            fill(a, x, x0)
+        while r + TWO <= runs:
+            fill(b, x, x0 + (r + K.U1) * RU)
+            total = add(total, a)
+            if r + TWO < runs:
+                fill(a, x, x0 + (r + TWO) * RU)
+            total = add(total, b)
+            r += TWO
+        if r < runs:
+            total = add(total, a)
+            r += K.U1
+        k = r * RU
+        while k < n:
+            total += x[x0 + k]
+            k += K.U1
+        return total
+
+    @cuda.jit(device=True)
+    def staged_squared_differences(total, x, m, n, fused):
+        a = cuda.local.array(R, np.float32)
+        b = cuda.local.array(R, np.float32)
+        n = np.uint64(n)
+        runs, r = n // RU, np.uint64(0)
+        zero = np.uint64(0)
+        if runs > r:
+            fill(a, x, zero)
+        while r + TWO <= runs:
+            fill(b, x, (r + K.U1) * RU)
+            total = add_squares(total, a, m, fused)
+            if r + TWO < runs:
+                fill(a, x, (r + TWO) * RU)
+            total = add_squares(total, b, m, fused)
+            r += TWO
+        if r < runs:
+            total = add_squares(total, a, m, fused)
+            r += K.U1
+        k = r * RU
+        while k < n:
+            d = x[k] - m
+            total = K.mad(fused, d, d, total)
+            k += K.U1
+        return total
+
+    return {"staged_sum": staged_sum, "staged_squared_differences": staged_squared_differences}
+
+
+def tf_ln_variant(threads, runs, pipelined=False):
     """main's tf_ln with LN_THREADS = threads, its chains (staged_sum, staged_squared_differences)
-    in runs of `runs` steps."""
-    names = dict(vars(K), STAGED_UNROLL=np.uint64(runs))
-    chains = {f: rebuilt(getattr(K, f), names, device=True) for f in ("staged_sum", "staged_squared_differences")}
+    in runs of `runs` steps, or, `pipelined`, pipelined_chains(runs)."""
+    if pipelined:
+        chains = pipelined_chains(runs)
+    else:
+        names = dict(vars(K), STAGED_UNROLL=np.uint64(runs))
+        chains = {f: rebuilt(getattr(K, f), names, device=True) for f in ("staged_sum", "staged_squared_differences")}
     return rebuilt(K.tf_ln, dict(vars(K), **chains, LN_THREADS=threads, LN_PER_THREAD=-(-K.LN_D_MAX // threads)))
 
 
@@ -54,8 +137,8 @@ def main(argv):
             K.tf_ln, K.LN_THREADS = kernel, threads  # launch.ln launches K.tf_ln with K.LN_THREADS
         return setup
 
-    variants = [tuple(int(x) for x in spec.split("x")) for spec in argv[2:]]
-    runs = [(f"{t}x{r}", using(tf_ln_variant(t, r), t)) for t, r in variants]
+    variants = [(spec, *(int(x) for x in spec.rstrip("p").split("x")), spec.endswith("p")) for spec in argv[2:]]
+    runs = [(spec, using(tf_ln_variant(t, r, p), t)) for spec, t, r, p in variants]
     timed_runs(assets_dir, fp_model, [("main", using(*main_ln))] + runs + [("main", using(*main_ln))])
     return 0
 
