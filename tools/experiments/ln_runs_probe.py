@@ -51,68 +51,59 @@ def pipelined_chains(R):
         for u in range(R):
             v[u] = x[at + np.uint64(u)]
 
-    @cuda.jit(device=True)
-    def add(total, v):
-        for u in range(R):
-            total += v[u]
-        return total
+    def chain(term):
+        """total + term(x[x0 + k]) for k < n ascending: the chain over staged values, each step
+        `term(total, value, m, fused)`."""
+        @cuda.jit(device=True)
+        def add(total, v, m, fused):
+            for u in range(R):
+                total = term(total, v[u], m, fused)
+            return total
+
+        @cuda.jit(device=True)
+        def run(total, x, x0, n, m, fused):
+            a = cuda.local.array(R, np.float32)
+            b = cuda.local.array(R, np.float32)
+            n = np.uint64(n)
+            runs, r = n // RU, np.uint64(0)
+            if runs > r:
+                fill(a, x, x0)
+            while r + TWO <= runs:
+                fill(b, x, x0 + (r + K.U1) * RU)
+                total = add(total, a, m, fused)
+                if r + TWO < runs:
+                    fill(a, x, x0 + (r + TWO) * RU)
+                total = add(total, b, m, fused)
+                r += TWO
+            if r < runs:
+                total = add(total, a, m, fused)
+                r += K.U1
+            k = r * RU
+            while k < n:
+                total = term(total, x[x0 + k], m, fused)
+                k += K.U1
+            return total
+
+        return run
 
     @cuda.jit(device=True)
-    def add_squares(total, v, m, fused):
-        for u in range(R):
-            d = v[u] - m
-            total = K.mad(fused, d, d, total)
-        return total
+    def plus(total, value, m, fused):
+        return total + value
+
+    @cuda.jit(device=True)
+    def plus_square(total, value, m, fused):
+        d = value - m  # tf.c's diff, rounded on its own
+        return K.mad(fused, d, d, total)
+
+    sums, squares = chain(plus), chain(plus_square)
 
     @cuda.jit(device=True)
     def staged_sum(total, x, x0, n):
-        a = cuda.local.array(R, np.float32)
-        b = cuda.local.array(R, np.float32)
-        n = np.uint64(n)
-        runs, r = n // RU, np.uint64(0)
-        if runs > r:
-            fill(a, x, x0)
-        while r + TWO <= runs:
-            fill(b, x, x0 + (r + K.U1) * RU)
-            total = add(total, a)
-            if r + TWO < runs:
-                fill(a, x, x0 + (r + TWO) * RU)
-            total = add(total, b)
-            r += TWO
-        if r < runs:
-            total = add(total, a)
-            r += K.U1
-        k = r * RU
-        while k < n:
-            total += x[x0 + k]
-            k += K.U1
-        return total
+        return sums(total, x, x0, n, np.float32(0), False)
 
     @cuda.jit(device=True)
     def staged_squared_differences(total, x, m, n, fused):
-        a = cuda.local.array(R, np.float32)
-        b = cuda.local.array(R, np.float32)
-        n = np.uint64(n)
-        runs, r = n // RU, np.uint64(0)
-        zero = np.uint64(0)
-        if runs > r:
-            fill(a, x, zero)
-        while r + TWO <= runs:
-            fill(b, x, (r + K.U1) * RU)
-            total = add_squares(total, a, m, fused)
-            if r + TWO < runs:
-                fill(a, x, (r + TWO) * RU)
-            total = add_squares(total, b, m, fused)
-            r += TWO
-        if r < runs:
-            total = add_squares(total, a, m, fused)
-            r += K.U1
-        k = r * RU
-        while k < n:
-            d = x[k] - m
-            total = K.mad(fused, d, d, total)
-            k += K.U1
-        return total
+        return squares(total, x, np.uint64(0), n, m, fused)
 
     return {"staged_sum": staged_sum, "staged_squared_differences": staged_squared_differences}
 
