@@ -11,6 +11,7 @@
   should not see;
 - `asynccopy`: copies from global to shared memory that fly while a block computes (cp.async),
   and the addresses a kernel copying the same pattern each chunk takes once;
+- `warp`: warp shuffles (`shfl_up`, `shfl_idx`) with simulator stand-ins, for scans by a block;
 - `sharedmem`: dynamic shared memory past 48 KiB, and how much this GPU lets a block opt in to;
 - `arrays`: where a device array lives (its address and byte range);
 - `files`: whether an input path is a FIFO or a device (which a read would wait on, or never end);

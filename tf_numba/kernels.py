@@ -61,7 +61,7 @@ else:
     LN_THREADS, LN_BACK_THREADS, ARGMAX_THREADS = 1024, 128, 1024
     LOSS_THREADS = 256  # tf_loss's samples a round: T = 64 in one
     SOFTMAX_CHUNK = ordered.WINDOW  # exps staged in shared memory for the ordered sum (32 KiB)
-SOFTMAX_THREADS, SOFTMAX_GROUPS = ordered.THREADS, ordered.GROUPS  # the unembedding softmax's block: the ordered sum's
+SOFTMAX_THREADS, SOFTMAX_WARPS = ordered.THREADS, ordered.WARPS  # the unembedding softmax's block: the ordered sum's
 
 
 def softmax_options(threads):
@@ -828,11 +828,9 @@ def tf_unembedding_softmax(out, rows, r_softmax_exp_sum):
     row = out[rows[0] + r]
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
     chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
-    maps0 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
-    maps1 = cuda.shared.array(SOFTMAX_THREADS, np.int32)
-    groups0 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
-    groups1 = cuda.shared.array(SOFTMAX_GROUPS, np.int32)
-    ctrl = cuda.shared.array(4, np.int32)
+    warps0 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
+    warps1 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
+    ctrl = cuda.shared.array(3, np.int32)
     softmax_exp_sum = ZERO
     load_chunk(row, 0, min(SOFTMAX_CHUNK, V), t, got)
     for c0 in range(0, V, SOFTMAX_CHUNK):
@@ -843,7 +841,7 @@ def tf_unembedding_softmax(out, rows, r_softmax_exp_sum):
             load_chunk(row, c0 + SOFTMAX_CHUNK, min(SOFTMAX_CHUNK, V - c0 - SOFTMAX_CHUNK), t, got)
         # ends with a barrier after its last read of the chunk, which the next one overwrites
         softmax_exp_sum = ordered.ordered_sum(softmax_exp_sum, chunk, n, t, ordered.HEAD if c0 == 0 else 0,
-                                              maps0, maps1, groups0, groups1, ctrl)
+                                              warps0, warps1, ctrl)
     if t == 0:
         r_softmax_exp_sum[r] = ONE / softmax_exp_sum
 

@@ -7,10 +7,11 @@ number k of one unit u (2^-23 of the binade's bottom), and adding a term x >= 0 
 being x / u rounded to the nearest whole unit. Only at an exact half does s itself matter: the
 tie goes to the even one of the two, so by k's parity. Each term is therefore a map from k's
 parity to an increment, maps compose, and a block can scan them: every thread takes a run of
-terms, the block scans the runs' maps, and each thread walks its run from the k it starts at, to
-find the first term after which s leaves the binade (k reaches 2^24 units). That term is added as
-the C adds it, with a float add; the sum then sits in a higher binade, and the block goes on from
-the next term. Since the terms are non-negative, s only grows: the binade changes a few dozen times
+terms, the block scans the runs' maps (warp shuffles within each warp, then across the warps'
+totals), and the one thread whose run starts below the binade's top and ends at or past it walks
+its run, to find the first term after which s leaves the binade (k reaches 2^24 units). That
+term is added as the C adds it, with a float add; the sum then sits in a higher binade, and the
+block goes on from the next term. Since the terms are non-negative, s only grows: the binade changes a few dozen times
 in a sum (each time s doubles), and the first `head` terms, where it doubles most often, one
 thread adds alone.
 
@@ -26,6 +27,7 @@ import numpy as np
 from numba import config, cuda
 
 from cudakit.devmath import bits_float, float_bits
+from cudakit.warp import WARP, shfl_idx, shfl_up
 
 from . import kernels as K  # its staged_sum, found when a kernel compiles (kernels imports this)
 
@@ -36,21 +38,14 @@ SAT = I(1 << 25)  # what an increment past any binade is kept at
 TIE = I(1 << 30)  # a packed term's flag: exactly half a unit past q
 UNITS = I((1 << 30) - 1)  # a packed term's q
 
-if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier
-    THREADS, PER, GROUPS, HEAD = 8, 2, 2, 3
-else:  # the fastest of 9 geometries timed (tools/experiments/softmax_probe.py, docs/results/2026-12-02-h200-warp):
-    # 120.8 us for 64 rows of normal logits, against 147.4 with 256 threads, runs of 32, 16 groups
-    THREADS, PER, GROUPS, HEAD = 512, 16, 32, 2048
-
-
-def layout(threads, per, groups):
-    """(GROUP, WINDOW) of a block of `threads`, runs of `per` terms, `groups` scan groups: the
-    threads whose maps one thread of the scan composes, and the terms a round of the scan covers."""
-    assert threads % groups == 0, "the scan's groups split the block evenly"
-    return threads // groups, threads * per
-
-
-GROUP, WINDOW = layout(THREADS, PER, GROUPS)
+if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier;
+    # three (simulated) warps, so that the scan over the warps composes
+    THREADS, PER, HEAD = 12, 2, 3
+else:  # the fastest of the geometries timed (tools/experiments/softmax_probe.py)
+    THREADS, PER, HEAD = 512, 16, 2048
+WARPS = -(-THREADS // WARP)  # the warps of a block
+WINDOW = THREADS * PER  # the terms a round of the scan covers
+assert WARPS <= WARP, "the warps' totals are scanned by one warp's lanes"
 
 
 # Numba widens 32-bit integer arithmetic to 64 bits; each result cast back to int32 lets the GPU
@@ -104,20 +99,33 @@ def compose(a0, a1, b0, b1):
 
 
 @cuda.jit(device=True)
-def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
+def scanned(a0, a1, lane, width):
+    """The inclusive scan of the maps (a0, a1) over lanes [0, width) of the warp, by shuffles:
+    lane l gets the maps of lanes 0..l composed in order. Every lane of the warp calls it."""
+    d = 1
+    while d < width:
+        p0, p1 = shfl_up(a0, d), shfl_up(a1, d)
+        if lane >= d:
+            a0, a1 = compose(p0, p1, a0, a1)
+        d *= 2
+    return a0, a1
+
+
+@cuda.jit(device=True)
+def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
     """s + x[0] + x[1] + ... + x[n - 1] in float32, each add rounded in this order, for x >= 0 in
     shared memory, s >= +0: called by every thread t of a block of THREADS, each of which gets the sum.
-    The first `head` terms are one thread's chain. Scratch, in shared memory: maps0 and maps1
-    (int32, THREADS), groups0 and groups1 (int32, GROUPS), ctrl (int32, 4)."""
+    The first `head` terms are one thread's chain. Scratch, in shared memory: warps0 and warps1
+    (int32, WARPS), ctrl (int32, 3)."""
     if t == 0:
-        ctrl[3] = 1 if float_bits(s) < I(0) else 0
+        ctrl[0] = 1 if float_bits(s) < I(0) else 0
     cuda.syncthreads()
     # a term the scan does not take (the C's softmax makes none)
     for v in range(np.uint64(t), np.uint64(n), np.uint64(THREADS)):
         if float_bits(x[v]) < I(0) or not x[v] < np.inf:  # negative (-0 too), infinite or NaN
-            ctrl[3] = 1
+            ctrl[0] = 1
     cuda.syncthreads()
-    if ctrl[3] != 0:
+    if ctrl[0] != 0:
         head = n
     if head > 0:
         if t == 0:
@@ -126,6 +134,7 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
         s = bits_float(ctrl[2])
     pos = min(head, n)
     terms = cuda.local.array(PER, np.int32)
+    lane, warp = t % WARP, t // WARP
     while pos < n:
         E, k0 = split(s)
         if E == 255:  # s is infinite: it stays so
@@ -141,56 +150,42 @@ def ordered_sum(s, x, n, t, head, maps0, maps1, groups0, groups1, ctrl):
             terms[j] = term
             c0 = I(min(step(c0, term), SAT))
             c1 = I(min(I(step(I(c1 + I(1)), term) - I(1)), SAT))
-        maps0[t] = c0
-        maps1[t] = c1
+        # the scan: each warp scans its threads' maps, every warp then scans the warps' totals,
+        # and a thread's prefix is its warp's composed with its own lanes' (before it, and to its
+        # run's end)
+        a0, a1 = scanned(c0, c1, lane, WARP)
+        e0, e1 = shfl_up(a0, 1), shfl_up(a1, 1)
+        if lane == 0:
+            e0, e1 = I(0), I(0)  # the identity map
+        if lane == WARP - 1 or t == THREADS - 1:
+            warps0[warp] = a0
+            warps1[warp] = a1
         cuda.syncthreads()
-        # the scan: GROUPS threads compose their group's maps, one thread scans the groups, and
-        # the GROUPS threads turn their group's maps into each thread's exclusive prefix
-        if t < GROUPS:
-            a0, a1 = I(0), I(0)
-            for u in range(np.uint64(t * GROUP), np.uint64((t + 1) * GROUP)):
-                a0, a1 = compose(a0, a1, maps0[u], maps1[u])
-            groups0[t] = a0
-            groups1[t] = a1
-        cuda.syncthreads()
-        if t == 0:
-            a0, a1 = I(0), I(0)
-            for g in range(GROUPS):
-                b0, b1 = groups0[g], groups1[g]
-                groups0[g] = a0
-                groups1[g] = a1
-                a0, a1 = compose(a0, a1, b0, b1)
-            ctrl[0] = n  # no term leaves the binade, so far
-        cuda.syncthreads()
-        if t < GROUPS:
-            a0, a1 = groups0[t], groups1[t]
-            for u in range(np.uint64(t * GROUP), np.uint64((t + 1) * GROUP)):
-                b0, b1 = maps0[u], maps1[u]
-                maps0[u] = a0
-                maps1[u] = a1
-                a0, a1 = compose(a0, a1, b0, b1)
-        cuda.syncthreads()
-        # each thread walks its run from where the scan puts it: the first term that takes k to
-        # the top of the binade, if any
-        k = I(k0 + (maps1[t] if I(k0 & I(1)) else maps0[t]))
-        before = k
-        cross = -1
-        for j in range(PER):  # terms past the end are zero
-            if k < BINADE:
-                before = k
-                k = step(k, terms[j])
-                if k >= BINADE:
+        w0, w1 = (warps0[lane], warps1[lane]) if lane < WARPS else (I(0), I(0))
+        w0, w1 = scanned(w0, w1, lane, WARPS)
+        b0, b1 = shfl_idx(w0, max(warp - 1, 0)), shfl_idx(w1, max(warp - 1, 0))
+        if warp == 0:
+            b0, b1 = I(0), I(0)
+        e0, e1 = compose(b0, b1, e0, e1)
+        a0, a1 = compose(b0, b1, a0, a1)
+        odd = I(k0 & I(1))
+        k = I(k0 + (e1 if odd else e0))
+        end = I(k0 + (a1 if odd else a0))
+        # k only grows, so the first term that takes it to the top of the binade is in the one
+        # run that starts below the top and ends at or past it: that thread walks its run and
+        # adds the term as the C does, to the sum before it
+        if k < BINADE <= end:
+            before = k
+            cross = base
+            for j in range(PER):
+                if k < BINADE:
+                    before = k
+                    k = step(k, terms[j])
                     cross = base + j
-        if cross >= 0:
-            cuda.atomic.min(ctrl, 0, np.int32(cross))
-        cuda.syncthreads()
-        first = ctrl[0]
-        if first < n:
-            if cross == first:  # that term as the C adds it, to the sum before it
-                ctrl[2] = float_bits(joined(E, before) + x[first])
-                ctrl[1] = first + 1
-        elif t == THREADS - 1:
-            ctrl[2] = float_bits(joined(E, k))
+            ctrl[2] = float_bits(joined(E, before) + x[cross])
+            ctrl[1] = cross + 1
+        elif t == THREADS - 1 and end < BINADE:
+            ctrl[2] = float_bits(joined(E, end))
             ctrl[1] = min(pos + WINDOW, n)
         cuda.syncthreads()
         s = bits_float(ctrl[2])

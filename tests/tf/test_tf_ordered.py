@@ -13,7 +13,7 @@ from tf_numba import kernels as K
 from tf_numba import ordered as O
 from tf_numba import launch
 
-CHUNK, THREADS, GROUPS = K.SOFTMAX_CHUNK, O.THREADS, O.GROUPS  # shared arrays' sizes: constants
+CHUNK, WARPS = K.SOFTMAX_CHUNK, O.WARPS  # shared arrays' sizes: constants
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the row that overflows
 
 
@@ -24,18 +24,16 @@ def sum_rows(rows, lengths, starts, heads, sums):
     r = cuda.blockIdx.x
     t = cuda.threadIdx.x
     chunk = cuda.shared.array(CHUNK, np.float32)
-    maps0 = cuda.shared.array(THREADS, np.int32)
-    maps1 = cuda.shared.array(THREADS, np.int32)
-    groups0 = cuda.shared.array(GROUPS, np.int32)
-    groups1 = cuda.shared.array(GROUPS, np.int32)
-    ctrl = cuda.shared.array(4, np.int32)
+    warps0 = cuda.shared.array(WARPS, np.int32)
+    warps1 = cuda.shared.array(WARPS, np.int32)
+    ctrl = cuda.shared.array(3, np.int32)
     s = starts[r]
     for c0 in range(0, lengths[r], CHUNK):
         n = min(CHUNK, lengths[r] - c0)
         for v in range(t, n, O.THREADS):
             chunk[v] = rows[r, c0 + v]
         cuda.syncthreads()
-        s = O.ordered_sum(s, chunk, n, t, heads[r] if c0 == 0 else 0, maps0, maps1, groups0, groups1, ctrl)
+        s = O.ordered_sum(s, chunk, n, t, heads[r] if c0 == 0 else 0, warps0, warps1, ctrl)
     if t == 0:
         sums[r] = s
 

@@ -5,12 +5,12 @@ replayed (bench_tf.timed_replays). The softmax runs in place, so the later repla
 probabilities: the same work (every pass, every exp, every add). Also the two's bits against each
 other on the first run.
 
-With a geometry THREADS/PER/GROUPS/HEAD (ordered.py's constants: the block's threads, the terms a
-thread packs a round, the scan's groups, the terms one thread adds first) the ordered sum's
+With a geometry THREADS/PER/HEAD (ordered.py's constants: the block's threads, the terms a
+thread packs a round, the terms one thread adds first) the ordered sum's
 kernel and the chain are built with it, before anything compiles, and limited to the registers
 that many threads may hold.
 
-    python3 tools/experiments/softmax_probe.py [T [THREADS/PER/GROUPS/HEAD]]      (a GPU)
+    python3 tools/experiments/softmax_probe.py [T [THREADS/PER/HEAD]]      (a GPU)
 """
 import sys
 from pathlib import Path
@@ -30,12 +30,12 @@ from tf_numba import launch, ordered  # noqa: E402
 
 
 def geometry(text):
-    """ordered.py's and kernels.py's softmax constants set to THREADS/PER/GROUPS/HEAD; the ordered
+    """ordered.py's and kernels.py's softmax constants set to THREADS/PER/HEAD; the ordered
     sum's kernel and the chain rebuilt with as many registers as a block of THREADS may hold."""
-    threads, per, groups, head = map(int, text.split("/"))
-    ordered.THREADS, ordered.PER, ordered.GROUPS, ordered.HEAD = threads, per, groups, head
-    ordered.GROUP, ordered.WINDOW = ordered.layout(threads, per, groups)
-    K.SOFTMAX_THREADS, K.SOFTMAX_GROUPS, K.SOFTMAX_CHUNK = threads, groups, ordered.WINDOW
+    threads, per, head = map(int, text.split("/"))
+    ordered.THREADS, ordered.PER, ordered.HEAD = threads, per, head
+    ordered.WARPS, ordered.WINDOW = -(-threads // 32), threads * per
+    K.SOFTMAX_THREADS, K.SOFTMAX_WARPS, K.SOFTMAX_CHUNK = threads, ordered.WARPS, ordered.WINDOW
     assert K.SOFTMAX_CHUNK <= threads * K.SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
     options = K.softmax_options(threads)
     for name in ("tf_unembedding_softmax", "tf_unembedding_softmax_chain"):
@@ -46,7 +46,7 @@ def main():
     T = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     if len(sys.argv) > 2:
         geometry(sys.argv[2])
-    print(f"geometry {ordered.THREADS}/{ordered.PER}/{ordered.GROUPS}/{ordered.HEAD}, "
+    print(f"geometry {ordered.THREADS}/{ordered.PER}/{ordered.HEAD}, "
           f"{launch.softmax_parts(T)} slices a row")
     logits = np.random.default_rng(0).standard_normal((T, 50257), dtype=np.float32)
     rows = cuda.to_device(np.array([0, T], np.int64))
