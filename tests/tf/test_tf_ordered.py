@@ -90,6 +90,40 @@ def test_ordered_sum_equals_the_chain_gpt2():
     check(50257, (0, O.HEAD), np.random.default_rng(1))
 
 
+def packed_reference(x, E):
+    """ordered.packed's contract in exact rational arithmetic: x in units of 2^(E - 150), rounded to
+    the nearest unit, or the unit below with TIE set at exactly half a unit; SAT from 2^24 units."""
+    from fractions import Fraction
+    v = Fraction(float(x)) / Fraction(2) ** (int(E) - 150)
+    if v >= 2 ** 24:
+        return int(O.SAT)
+    q = v.numerator // v.denominator
+    rem = v - q
+    return q + 1 if rem > Fraction(1, 2) else q | int(O.TIE) if rem == Fraction(1, 2) else q
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="calls the device functions from the host, as only the simulator can")
+def test_packed_is_the_exact_rounding():
+    """ordered.packed against its contract, for sums in every binade and terms
+    from far below a unit to past the binade: random mantissas, exact halves of both parities,
+    whole units, the last float below a half, zeros and subnormals."""
+    rng = np.random.default_rng(2)
+    cases = []
+    for E in list(range(1, 255, 7)) + [1, 2, 23, 24, 126, 127, 150, 151, 253, 254]:
+        for F in range(max(E - 33, 0), min(E + 3, 255)):
+            for m in rng.integers(0, 1 << 23, 4).tolist() + [0, (1 << 23) - 1, 1 << 22, 1]:
+                cases.append((np.uint32((F << 23) | m).view(np.float32), E))
+        for k in range(6):  # halves: (2k + 1) / 2 units, and whole units, where a float holds them
+            for units in (k + 0.5, float(k), 2.0 ** 22 + k + 0.5, 2.0 ** 23 - 0.5 - k, 2.0 ** 23 + k):
+                x = np.float32(units * 2.0 ** (E - 150))
+                if x > 0 and float(x) == units * 2.0 ** (E - 150):
+                    cases.append((x, E))
+            cases.append((np.nextafter(np.float32((k + 0.5) * 2.0 ** (E - 150)), np.float32(0)), E))
+    wrong = [(x, E) for x, E in cases
+             if int(O.packed(x, np.int32(E))) != packed_reference(x, E)]
+    assert not wrong, f"{len(wrong)} of {len(cases)}: first {wrong[0][0]!r} at E {wrong[0][1]}"
+
+
 def softmax_reference(logits):
     """tf.c's softmax of a row in numpy: the max, the exps (double, rounded), their sum in order,
     the reciprocal, the products."""
