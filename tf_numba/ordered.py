@@ -11,9 +11,9 @@ terms, the block scans the runs' maps (warp shuffles within each warp, then acro
 totals), and the one thread whose run starts below the binade's top and ends at or past it walks
 its run, to find the first term after which s leaves the binade (k reaches 2^24 units). That
 term is added as the C adds it, with a float add; the sum then sits in a higher binade, and the
-block goes on from the next term. Since the terms are non-negative, s only grows: the binade changes a few dozen times
-in a sum (each time s doubles), and the first `head` terms, where it doubles most often, one
-thread adds alone.
+block goes on from the next term. Since the terms are non-negative, s only grows: the binade
+changes a few dozen times in a sum (each time s doubles), and the first `head` terms, where it
+doubles most often, one thread adds alone.
 
 Every step is exact integer arithmetic on the floats' bits, and every rounding the C does is the
 one computed, so the sum has the chain's bits, whatever the terms (zeros, subnormals, ties,
@@ -41,7 +41,9 @@ UNITS = I((1 << 30) - 1)  # a packed term's q
 if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier;
     # three (simulated) warps, so that the scan over the warps composes
     THREADS, PER, HEAD = 12, 2, 3
-else:  # the fastest of the geometries timed (tools/experiments/softmax_probe.py)
+else:  # the fastest of the geometries timed (tools/experiments/softmax_probe.py: 9 with the scan in
+    # shared memory, docs/results/2026-12-02-h200-warp; heads of 1,024 and 512 with the warp
+    # shuffles, docs/results/2026-12-07-h100-warp-scan)
     THREADS, PER, HEAD = 512, 16, 2048
 WARPS = -(-THREADS // WARP)  # the warps of a block
 WINDOW = THREADS * PER  # the terms a round of the scan covers
@@ -116,7 +118,8 @@ def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
     """s + x[0] + x[1] + ... + x[n - 1] in float32, each add rounded in this order, for x >= 0 in
     shared memory, s >= +0: called by every thread t of a block of THREADS, each of which gets the sum.
     The first `head` terms are one thread's chain. Scratch, in shared memory: warps0 and warps1
-    (int32, WARPS), ctrl (int32, 3)."""
+    (int32, WARPS: the warps' maps), ctrl (int32, 3: whether a term is refused, where the next
+    round starts, the sum's bits)."""
     if t == 0:
         ctrl[0] = 1 if float_bits(s) < I(0) else 0
     cuda.syncthreads()

@@ -102,7 +102,7 @@ def packed_reference(x, E):
     return q + 1 if rem > Fraction(1, 2) else q | int(O.TIE) if rem == Fraction(1, 2) else q
 
 
-@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="calls the device functions from the host, as only the simulator can")
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="calls device functions from the host: simulator only")
 def test_packed_is_the_exact_rounding():
     """ordered.packed against its contract, for sums in every binade and terms
     from far below a unit to past the binade: random mantissas, exact halves of both parities,

@@ -34,7 +34,7 @@ def geometry(text):
     sum's kernel and the chain rebuilt with as many registers as a block of THREADS may hold."""
     threads, per, head = map(int, text.split("/"))
     ordered.THREADS, ordered.PER, ordered.HEAD = threads, per, head
-    ordered.WARPS, ordered.WINDOW = -(-threads // 32), threads * per
+    ordered.WARPS, ordered.WINDOW = -(-threads // ordered.WARP), threads * per
     K.SOFTMAX_THREADS, K.SOFTMAX_WARPS, K.SOFTMAX_CHUNK = threads, ordered.WARPS, ordered.WINDOW
     assert K.SOFTMAX_CHUNK <= threads * K.SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
     options = K.softmax_options(threads)
