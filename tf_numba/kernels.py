@@ -76,10 +76,10 @@ SOFTMAX_OPTIONS = softmax_options(SOFTMAX_THREADS)
 # exps to the others (thread 0 adds)
 CHAIN_CHUNK, CHAIN_WARP = (32, 1) if config.ENABLE_CUDASIM else (4096, 32)
 SOFTMAX_LOADS = 16  # loads in flight a thread of the unembedding softmax's kernels
-# The softmax's exps and scaling (tf_unembedding_exps, _scale) run as blocks of
-# SOFTMAX_PASS_THREADS over at most SOFTMAX_PARTS slices of a row, so that they reach every
-# multiprocessor; only the ordered sum (tf_unembedding_softmax) keeps a block a row. The max is
-# the unembedding's (its "max" epilogue, matmul.py).
+# The softmax's scaling (tf_unembedding_scale) runs as blocks of SOFTMAX_PASS_THREADS over at
+# most SOFTMAX_PARTS slices of a row, so that it reaches every multiprocessor; the exps and their
+# ordered sum (tf_unembedding_softmax) keep a block a row. The max is the unembedding's (its "max"
+# epilogue, matmul.py).
 SOFTMAX_PASS_THREADS, SOFTMAX_PARTS = (8, 2) if config.ENABLE_CUDASIM else (256, 16)
 assert SOFTMAX_CHUNK <= SOFTMAX_THREADS * SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
 
@@ -737,21 +737,22 @@ def row_scale(row, V, t, softmax_exp_sum, partial):
     if t == 0:
         partial[1] = ONE / softmax_exp_sum
     cuda.syncthreads()
-    slice_pass(row, 0, V, t, SOFTMAX_THREADS, partial[1], False, row, False)
+    slice_pass(row, 0, V, t, SOFTMAX_THREADS, partial[1], row, False)
 
 
 @cuda.jit(device=True)
-def block_max(m, t, part):
-    """The largest of the SOFTMAX_PASS_THREADS threads' m (exact in any order; none NaN), halved in
+def block_max(m, t, part, threads):
+    """The largest of the block's `threads` threads' m (exact in any order; none NaN), halved in
     shared memory, for every thread."""
     part[t] = m
     cuda.syncthreads()
-    half = SOFTMAX_PASS_THREADS // 2
-    while half > 0:
-        if t < half and part[t + half] > part[t]:
+    n = threads
+    while n > 1:
+        half = (n + 1) // 2
+        if t < n - half and part[t + half] > part[t]:
             part[t] = part[t + half]
         cuda.syncthreads()
-        half //= 2
+        n = half
     return part[0]
 
 
@@ -763,10 +764,9 @@ def softmax_slice(V, parts, j):
 
 
 @cuda.jit(device=True)
-def slice_pass(row, lo, hi, t, threads, value, exps, copy, copying):
-    """Thread t's share of row[lo:hi] (every threads-th value), in place, SOFTMAX_LOADS loads in
-    flight: expf(x - value) when `exps` (tf.c's exps), else x * value (its scaling); with
-    `copying`, each result also into copy[v]."""
+def slice_pass(row, lo, hi, t, threads, value, copy, copying):
+    """tf.c's scaling of thread t's share of row[lo:hi] (every threads-th value), in place,
+    SOFTMAX_LOADS loads in flight: x * value; with `copying`, each result also into copy[v]."""
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
     for v0 in range(lo + t, hi, threads * SOFTMAX_LOADS):
         for u in range(SOFTMAX_LOADS):
@@ -775,28 +775,21 @@ def slice_pass(row, lo, hi, t, threads, value, exps, copy, copying):
         for u in range(SOFTMAX_LOADS):
             v = v0 + u * threads
             if v < hi:
-                x = expf(got[u] - value) if exps else mul(got[u], value)
+                x = mul(got[u], value)
                 row[v] = x
                 if copying:
                     copy[v] = x
 
 
-@cuda.jit
-def tf_unembedding_exps(out, rows, parts, softmax_max, maxima):
-    """tf.c's max and exps, by slices: block (row i = rows[0] + r, slice j) takes the row's max
-    from the unembedding's maxima of its blocks of columns (softmax_max[i, :maxima], the "max"
-    epilogue; a max is exact in any order) and writes expf(logit - max) over its slice."""
-    r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
-    t = cuda.threadIdx.x
-    i = rows[0] + r
-    lo, hi = softmax_slice(out.shape[1], parts, j)
+@cuda.jit(device=True)
+def softmax_row_max(softmax_max, i, maxima, t, threads, part):
+    """Row i's max from the unembedding's maxima of its blocks of columns (softmax_max[i, :maxima],
+    the "max" epilogue; a max is exact in any order), for every thread of the block."""
     m = f32(-np.inf)
-    for q in range(t, maxima, SOFTMAX_PASS_THREADS):
+    for q in range(t, maxima, threads):
         if softmax_max[i, q] > m:
             m = softmax_max[i, q]
-    m = block_max(m, t, cuda.shared.array(SOFTMAX_PASS_THREADS, np.float32))
-    row = out[i]
-    slice_pass(row, lo, hi, t, SOFTMAX_PASS_THREADS, m, True, row, False)
+    return block_max(m, t, part, threads)
 
 
 @cuda.jit(device=True)
@@ -808,34 +801,41 @@ def load_chunk(row, c0, n, t, got):
 
 
 @cuda.jit(device=True)
-def store_chunk(chunk, n, t, got):
-    """load_chunk's values into chunk[0:n] (shared memory), where the ordered sum reads them."""
+def store_exps(row, c0, chunk, n, t, got, softmax_max):
+    """tf.c's exps of load_chunk's logits, each written back to row[c0:c0 + n] and to chunk[0:n]
+    (shared memory, where the ordered sum reads them)."""
     for u in range(SOFTMAX_LOADS):
         v = t + u * SOFTMAX_THREADS
         if v < n:
-            chunk[v] = got[u]
+            e = expf(got[u] - softmax_max)
+            row[c0 + v] = e
+            chunk[v] = e
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)
-def tf_unembedding_softmax(out, rows, r_softmax_exp_sum):
-    """tf.c's sum of a row's exps (row rows[0] + blockIdx, after tf_unembedding_exps), in its order:
-    a chunk at a time staged in shared memory and added by ordered.ordered_sum (the chain's bits,
-    scanned by the whole block), the next chunk's loads in flight meanwhile;
-    r_softmax_exp_sum[blockIdx] = 1.0f / the sum."""
+def tf_unembedding_softmax(out, rows, softmax_max, maxima, r_softmax_exp_sum):
+    """tf.c's max, exps and their sum, in its order, for row rows[0] + blockIdx: the max from the
+    unembedding's "max" epilogue, then a chunk at a time, the logits loaded while the chunk before
+    is summed, their exps written back to the row and staged in shared memory, where
+    ordered.ordered_sum adds them (the chain's bits, scanned by the whole block);
+    r_softmax_exp_sum[blockIdx] = 1.0f / the sum. The exps cost this block a few instructions a
+    term, less than a pass of their own over the logits."""
     r = cuda.blockIdx.x
     t = cuda.threadIdx.x
     V = out.shape[1]
-    row = out[rows[0] + r]
+    i = rows[0] + r
+    row = out[i]
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
     chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
     warps0 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     warps1 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     ctrl = cuda.shared.array(3, np.int32)
-    softmax_exp_sum = ZERO
     load_chunk(row, 0, min(SOFTMAX_CHUNK, V), t, got)
+    m = softmax_row_max(softmax_max, i, maxima, t, SOFTMAX_THREADS, cuda.shared.array(SOFTMAX_THREADS, np.float32))
+    softmax_exp_sum = ZERO
     for c0 in range(0, V, SOFTMAX_CHUNK):
         n = min(SOFTMAX_CHUNK, V - c0)
-        store_chunk(chunk, n, t, got)
+        store_exps(row, c0, chunk, n, t, got, m)
         cuda.syncthreads()
         if c0 + SOFTMAX_CHUNK < V:
             load_chunk(row, c0 + SOFTMAX_CHUNK, min(SOFTMAX_CHUNK, V - c0 - SOFTMAX_CHUNK), t, got)
@@ -855,7 +855,7 @@ def tf_unembedding_scale(out, rows, parts, r_softmax_exp_sum, probs, copying):
     r, j = cuda.blockIdx.x // parts, cuda.blockIdx.x % parts
     lo, hi = softmax_slice(out.shape[1], parts, j)
     i = rows[0] + r
-    slice_pass(out[i], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, r_softmax_exp_sum[r], False, probs[i],
+    slice_pass(out[i], lo, hi, cuda.threadIdx.x, SOFTMAX_PASS_THREADS, r_softmax_exp_sum[r], probs[i],
                copying)
 
 

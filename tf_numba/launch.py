@@ -43,7 +43,7 @@ def blocks(kernel, grid, block, shared_bytes, *args):
 
 
 def softmax_parts(n):
-    """Slices a row of the unembedding softmax's exps and scaling are spread over: about
+    """Slices a row of the unembedding softmax's scaling is spread over: about
     four blocks a multiprocessor for n rows."""
     if config.ENABLE_CUDASIM:
         return K.SOFTMAX_PARTS
@@ -53,13 +53,12 @@ def softmax_parts(n):
 def unembedding_softmax(out, rows, n, softmax_max, maxima, r_softmax_exp_sum, copy=None):
     """tf.c's softmax of the n rows of logits from rows[0], in place, after the unembedding's "max"
     epilogue (softmax_max[row, :maxima]: the largest logit of each of its blocks of columns): the
-    row's max and the exps over slices of each row (tf_unembedding_exps), their sum in tf.c's
-    order a block a row (tf_unembedding_softmax), the scaling over slices (tf_unembedding_scale).
-    r_softmax_exp_sum holds each row's 1.0f / sum. With `copy`, the scaling also writes the
-    probabilities into its same rows (training's copy for the backward)."""
+    row's max, its exps and their sum in tf.c's order a block a row (tf_unembedding_softmax), the
+    scaling over slices (tf_unembedding_scale). r_softmax_exp_sum holds each row's 1.0f / sum.
+    With `copy`, the scaling also writes the probabilities into its same rows (training's copy
+    for the backward)."""
     parts = softmax_parts(n)
-    blocks(K.tf_unembedding_exps, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, softmax_max, maxima)
-    blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, out, rows, r_softmax_exp_sum)
+    blocks(K.tf_unembedding_softmax, n, K.SOFTMAX_THREADS, 0, out, rows, softmax_max, maxima, r_softmax_exp_sum)
     blocks(K.tf_unembedding_scale, n * parts, K.SOFTMAX_PASS_THREADS, 0, out, rows, parts, r_softmax_exp_sum,
            out if copy is None else copy, copy is not None)
 

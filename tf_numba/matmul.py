@@ -300,7 +300,7 @@ def build(name, tile, fused, wa, wb, epilogue=None):
     def row_maxima(acc, scale, t, tx, ty, i0, i_end, j0, N, extra):
         """The "max" epilogue (the unembedding before tf.c's softmax): extra[i, blockIdx.x] = the
         largest of row i's outputs in this block. A max is exact in any order, so the softmax takes
-        its row's from these (tf_unembedding_exps) without a pass over the logits of its own."""
+        its row's from these (tf_unembedding_softmax) without a pass over the logits of its own."""
         part = cuda.shared.array(MAXIMA, np.float32)
         for m in range(TM):
             r = ty * R_OWN + m * R_STEP

@@ -20,7 +20,7 @@ from tf_numba.training import run_step, training_step
 WRITES = {
     "tf_memset": {0}, "tf_embedding": {3}, "tf_ln": {3, 4, 5}, "tf_attn": {1, 2}, "tf_attn_scores": {1},
     "tf_attn_softmax": {0}, "tf_attn_z": {2}, "tf_add": {2}, "tf_gelu": {1},
-    "tf_unembedding_exps": {0}, "tf_unembedding_softmax": {2}, "tf_unembedding_scale": {0, 4},
+    "tf_unembedding_softmax": {0, 4}, "tf_unembedding_scale": {0, 4},
     "tf_loss": {0, 2}, "tf_gelu_back": {2}, "tf_attn_back_row": {3}, "tf_attn_back_dot": {2}, "tf_attn_back_softmax": {1},
     "tf_attn_back_qkv": {4}, "tf_embedding_back": {2, 3}, "tf_fc_back_dbias": {1}, "tf_ln_back": {5, 6, 7, 11},
 }
