@@ -26,7 +26,7 @@ an int32.
 import numpy as np
 from numba import config, cuda
 
-from cudakit.devmath import bits_float, float_bits
+from cudakit.devmath import bits_float, float_bits, mul
 from cudakit.warp import WARP, shfl_idx, shfl_up
 
 from . import kernels as K  # its staged_sum, found when a kernel compiles (kernels imports this)
@@ -37,6 +37,10 @@ BINADE = I(1 << 24)  # k at the top of a binade: 2^24 units of its spacing
 SAT = I(1 << 25)  # what an increment past any binade is kept at
 TIE = I(1 << 30)  # a packed term's flag: exactly half a unit past q
 UNITS = I((1 << 30) - 1)  # a packed term's q
+BINADE_HALF = I(1 << 23)
+TOP, TOP_HALF = np.float32(2.0 ** 24), np.float32(2.0 ** 23)  # as floats: 2^24 units, 2^23
+TOP_HALF_BITS = I(0x4B000000)  # the bits of 2^23, whose unit is 1
+ZERO, HALF = np.float32(0.0), np.float32(0.5)
 
 if config.ENABLE_CUDASIM:  # few threads and short runs: the simulator pays per thread and per barrier;
     # three (simulated) warps, so that the scan over the warps composes
@@ -70,20 +74,30 @@ def joined(E, k):
 
 
 @cuda.jit(device=True)
-def packed(x, E):
-    """The finite x >= 0 in units of 2^(E - 150), rounded to the nearest unit, or the unit below
-    with TIE set when exactly half a unit is left over; SAT when x leaves the binade by itself.
-    Without branches (a warp's terms take every path at once): a shift past 25 leaves less than
-    half a unit, which rounds to nothing, so shifts stop at 30."""
-    F, m = split(x)
-    sh = I(E - F)
-    s = I(min(I(max(sh, I(0))), I(30)))
-    q = I(m >> s)
-    rem = I(m - I(q << s))
-    half = I(I(I(1) << s) >> I(1))
-    term = I(q + I(1)) if rem > half else q
-    term = I(q | TIE) if rem == half and s > I(0) else term
-    return SAT if sh < I(0) else term
+def unit_scales(E):
+    """(a, b), powers of two a float holds, such that x * a * b is x in units of 2^(E - 150), each
+    product exact (a product that falls below the normal floats is far below half a unit)."""
+    c = I(I(150) - E)
+    c1 = I(c >> I(1))
+    return bits_float(I(I(c1 + I(127)) << I(23))), bits_float(I(I(I(c - c1) + I(127)) << I(23)))
+
+
+@cuda.jit(device=True)
+def packed(x, a, b):
+    """The finite x >= 0 in units of 2^(E - 150) (unit_scales(E) = (a, b)), rounded to the nearest
+    unit, or the unit below with TIE set when exactly half a unit is left over; SAT when x leaves
+    the binade by itself. In float arithmetic and without branches (a warp's terms take every path
+    at once): below 2^23 units, adding 2^23 rounds y to a whole number (the float add's nearest,
+    ties to even) and leaves it in the sum's low bits, and what the rounding left is exact; from
+    2^23 units y is whole already."""
+    y = mul(mul(x, a), b)
+    big = y >= TOP_HALF
+    z = y if big else y + TOP_HALF
+    q = I(I(float_bits(z) - TOP_HALF_BITS) + (BINADE_HALF if big else I(0)))
+    r = ZERO if big else y - (z - TOP_HALF)
+    q = I(q - I(1)) if r == -HALF else q  # a tie rounded up: the unit below
+    term = I(q | TIE) if abs(r) == HALF else q
+    return SAT if y >= TOP else term
 
 
 @cuda.jit(device=True)
@@ -142,13 +156,14 @@ def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
         E, k0 = split(s)
         if E == 255:  # s is infinite: it stays so
             break
+        a, b = unit_scales(E)
         # each thread's run of PER terms, packed, and its map
         base = pos + t * PER
         at, last = U(base), U(n - 1)
         c0, c1 = I(0), I(0)
         for j in range(PER):  # a term past the end reads the last one and counts as zero: no branch
             v = U(at + U(j))
-            term = packed(x[U(min(v, last))], E)
+            term = packed(x[U(min(v, last))], a, b)
             term = term if v <= last else I(0)
             terms[j] = term
             c0 = I(min(step(c0, term), SAT))

@@ -120,7 +120,7 @@ def test_packed_is_the_exact_rounding():
                     cases.append((x, E))
             cases.append((np.nextafter(np.float32((k + 0.5) * 2.0 ** (E - 150)), np.float32(0)), E))
     wrong = [(x, E) for x, E in cases
-             if int(O.packed(x, np.int32(E))) != packed_reference(x, E)]
+             if int(O.packed(x, *O.unit_scales(np.int32(E)))) != packed_reference(x, E)]
     assert not wrong, f"{len(wrong)} of {len(cases)}: first {wrong[0][0]!r} at E {wrong[0][1]}"
 
 
