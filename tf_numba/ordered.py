@@ -15,8 +15,9 @@ block goes on from the next term. Since the terms are non-negative, s only grows
 changes a few dozen times in a sum (each time s doubles), and the first `head` terms, where it
 doubles most often, one thread adds alone.
 
-Every step is exact integer arithmetic on the floats' bits, and every rounding the C does is the
-one computed, so the sum has the chain's bits, whatever the terms (zeros, subnormals, ties,
+Every step is exact (integer arithmetic on the floats' bits; each term's packing in float products
+by powers of two and one rounding add, whose remainder is exact), and every rounding the C does
+is the one computed, so the sum has the chain's bits, whatever the terms (zeros, subnormals, ties,
 terms larger than the sum so far). A term that is negative, infinite or NaN sends the block to the
 plain chain (tf.c's softmax never makes one).
 
