@@ -1,9 +1,9 @@
 """The unembedding softmax alone: launch.unembedding_softmax (the max, exps and their ordered sum,
 scanned, a block a row, then the scaling over slices of each row) against
-tf_unembedding_softmax_chain (tf.c's chain of adds, a block a row), on T rows of GPT-2's 50,257 logits, each timed as a CUDA graph
-replayed (bench_tf.timed_replays). The softmax runs in place, so the later replays take rows of
-probabilities: the same work (every pass, every exp, every add). Also the two's bits against each
-other on the first run.
+tf_unembedding_softmax_chain (tf.c's chain of adds, a block a row), on T rows of GPT-2's 50,257
+logits, each timed as a CUDA graph replayed (bench_tf.timed_replays). The softmax runs in place,
+so the later replays take rows of probabilities: the same work (every pass, every exp, every
+add). Also the two's bits against each other on the first run.
 
 With a geometry THREADS/PER/HEAD (ordered.py's constants: the block's threads, the terms a
 thread packs a round, the terms one thread adds first) the ordered sum's
