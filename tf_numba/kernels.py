@@ -82,7 +82,6 @@ SOFTMAX_LOADS = 16  # loads in flight a thread of the unembedding softmax's kern
 # epilogue, matmul.py).
 SOFTMAX_PASS_THREADS, SOFTMAX_PARTS = (8, 2) if config.ENABLE_CUDASIM else (256, 16)
 assert SOFTMAX_CHUNK <= SOFTMAX_THREADS * SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
-SOFTMAX_SLOTS = ordered.slots(SOFTMAX_CHUNK)  # the staged chunk's shared memory, spare floats and all
 
 
 @cuda.jit
@@ -803,14 +802,14 @@ def load_chunk(row, c0, n, t, got):
 
 @cuda.jit(device=True)
 def store_exps(row, c0, chunk, n, t, got, softmax_max):
-    """tf.c's exps of load_chunk's logits, each written back to row[c0:c0 + n] and staged in chunk
-    (shared memory, where the ordered sum reads them: term v at ordered.slot(v))."""
+    """tf.c's exps of load_chunk's logits, each written back to row[c0:c0 + n] and to chunk[0:n]
+    (shared memory, where the ordered sum reads them)."""
     for u in range(SOFTMAX_LOADS):
         v = t + u * SOFTMAX_THREADS
         if v < n:
             e = expf(got[u] - softmax_max)
             row[c0 + v] = e
-            chunk[ordered.slot(v)] = e
+            chunk[v] = e
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)
@@ -827,7 +826,7 @@ def tf_unembedding_softmax(out, rows, softmax_max, maxima, r_softmax_exp_sum):
     i = rows[0] + r
     row = out[i]
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    chunk = cuda.shared.array(SOFTMAX_SLOTS, np.float32)
+    chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
     warps0 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     warps1 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     ctrl = cuda.shared.array(3, np.int32)
