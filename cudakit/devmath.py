@@ -6,13 +6,16 @@ so the exact operations are written out: `mul` (a product rounded on its own, wh
 cannot fuse), `fma` (one rounding), `mad(fused, a, b, c)` (either, by a flag). In the simulator
 these run as Python, exactly: there `cuda.fma` is unfused and libdevice does not exist.
 
-`float_bits` and `bits_float` reinterpret a float32 as its int32 bits and back.
+`float_bits` and `bits_float` reinterpret a float32 as its int32 bits and back. For doubles:
+`dfma` (one rounding), `double_hi` and `double_lo` (the high and low 32 bits as int32) and
+`hilo_double` (back).
 
 libdevice's `expf` and `rsqrtf` (what nvcc's device code calls) exist only on the GPU. The
 simulator gets numpy float32 stand-ins, which are close but not libdevice's bits: results that
 depend on them are compared bit for bit only on a GPU.
 """
 import math
+from fractions import Fraction
 
 import numpy as np
 from numba import config, cuda
@@ -57,6 +60,19 @@ if config.ENABLE_CUDASIM:
     def bits_float(b):
         return np.int32(b).view(np.float32)
 
+    def dfma(a, b, c):
+        # exact as fractions, then one rounding: CPython's int / int is correctly rounded
+        return float(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c)))
+
+    def double_hi(x):
+        return np.int32(np.array([x], np.float64).view(np.int32)[1])
+
+    def double_lo(x):
+        return np.int32(np.array([x], np.float64).view(np.int32)[0])
+
+    def hilo_double(hi, lo):
+        return float(np.array([lo, hi], np.int32).view(np.float64)[0])
+
 else:
     from numba.cuda import libdevice
 
@@ -85,6 +101,22 @@ else:
     @device
     def bits_float(b):
         return libdevice.int_as_float(b)
+
+    @device
+    def dfma(a, b, c):
+        return libdevice.fma(a, b, c)
+
+    @device
+    def double_hi(x):
+        return libdevice.double2hiint(x)
+
+    @device
+    def double_lo(x):
+        return libdevice.double2loint(x)
+
+    @device
+    def hilo_double(hi, lo):
+        return libdevice.hiloint2double(hi, lo)
 
 
 @device
