@@ -37,7 +37,7 @@ from cudakit.devmath import mad, mul, sqrtf
 from cudakit.vector import SHARED_ALIGN, vector_load
 
 from . import ordered
-from .fp import erff, expf, logf
+from .fp import EXP2_16, erff, expf, expf_or_nan, logf
 
 f32 = np.float32
 SQRT1_2 = f32(math.sqrt(0.5))  # (float)M_SQRT1_2
@@ -82,6 +82,8 @@ SOFTMAX_LOADS = 16  # loads in flight a thread of the unembedding softmax's kern
 # epilogue, matmul.py).
 SOFTMAX_PASS_THREADS, SOFTMAX_PARTS = (8, 2) if config.ENABLE_CUDASIM else (256, 16)
 assert SOFTMAX_CHUNK <= SOFTMAX_THREADS * SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
+SOFTMAX_SLOTS = ordered.slots(SOFTMAX_CHUNK)  # the staged chunk's shared memory, spare floats and all
+SOFTMAX_SLOT_STEP = ordered.slots(SOFTMAX_THREADS)  # from term v's slot to term v + SOFTMAX_THREADS's
 
 
 @cuda.jit
@@ -801,15 +803,27 @@ def load_chunk(row, c0, n, t, got):
 
 
 @cuda.jit(device=True)
-def store_exps(row, c0, chunk, n, t, got, softmax_max):
-    """tf.c's exps of load_chunk's logits, each written back to row[c0:c0 + n] and to chunk[0:n]
-    (shared memory, where the ordered sum reads them)."""
+def store_exps(row, c0, chunk, n, t, got, softmax_max, exp2_16):
+    """tf.c's exps of load_chunk's logits (fp.expf_short: exp2_16 is its table in shared memory),
+    each written back to row[c0:c0 + n] and staged in chunk (shared memory, where the ordered sum
+    reads them: term v at ordered.slot(v)). The rare terms that fp.expf_or_nan leaves to expf
+    are redone after the others, so that the loop over the others stays unrolled."""
+    # the u-th term's places: constant steps from the first's, in unsigned arithmetic
+    at = np.uint64(c0 + t)
+    slot = ordered.slot(t)
+    left = np.uint32(0)
     for u in range(SOFTMAX_LOADS):
-        v = t + u * SOFTMAX_THREADS
-        if v < n:
-            e = expf(got[u] - softmax_max)
-            row[c0 + v] = e
-            chunk[v] = e
+        if t + u * SOFTMAX_THREADS < n:
+            e = expf_or_nan(got[u] - softmax_max, exp2_16)
+            row[at + np.uint64(u * SOFTMAX_THREADS)] = e
+            chunk[slot + np.uint32(u * SOFTMAX_SLOT_STEP)] = e
+            left |= np.uint32(0 if e == e else 1 << u)
+    if left != 0:
+        for u in range(SOFTMAX_LOADS):
+            if left & np.uint32(1 << u):
+                e = expf(got[u] - softmax_max)
+                row[at + np.uint64(u * SOFTMAX_THREADS)] = e
+                chunk[slot + np.uint32(u * SOFTMAX_SLOT_STEP)] = e
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)
@@ -826,16 +840,19 @@ def tf_unembedding_softmax(out, rows, softmax_max, maxima, r_softmax_exp_sum):
     i = rows[0] + r
     row = out[i]
     got = cuda.local.array(SOFTMAX_LOADS, np.float32)
-    chunk = cuda.shared.array(SOFTMAX_CHUNK, np.float32)
+    chunk = cuda.shared.array(SOFTMAX_SLOTS, np.float32)
     warps0 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     warps1 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     ctrl = cuda.shared.array(3, np.int32)
+    exp2_16 = cuda.shared.array(16, np.float64)
+    for j in range(t, 16, SOFTMAX_THREADS):  # read after softmax_row_max's barriers
+        exp2_16[j] = EXP2_16[j]
     load_chunk(row, 0, min(SOFTMAX_CHUNK, V), t, got)
     m = softmax_row_max(softmax_max, i, maxima, t, SOFTMAX_THREADS, cuda.shared.array(SOFTMAX_THREADS, np.float32))
     softmax_exp_sum = ZERO
     for c0 in range(0, V, SOFTMAX_CHUNK):
         n = min(SOFTMAX_CHUNK, V - c0)
-        store_exps(row, c0, chunk, n, t, got, m)
+        store_exps(row, c0, chunk, n, t, got, m, exp2_16)
         cuda.syncthreads()
         if c0 + SOFTMAX_CHUNK < V:
             load_chunk(row, c0 + SOFTMAX_CHUNK, min(SOFTMAX_CHUNK, V - c0 - SOFTMAX_CHUNK), t, got)

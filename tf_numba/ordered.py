@@ -30,8 +30,6 @@ from numba import config, cuda
 from cudakit.devmath import bits_float, float_bits, mul
 from cudakit.warp import WARP, shfl_idx, shfl_up
 
-from . import kernels as K  # its staged_sum, found when a kernel compiles (kernels imports this)
-
 I = np.int32  # every number here fits one: 32-bit arithmetic, no 64-bit pairs
 U = np.uint32  # the packing loop's indices: unsigned, so that none is checked for being negative
 BINADE = I(1 << 24)  # k at the top of a binade: 2^24 units of its spacing
@@ -53,6 +51,42 @@ else:  # the fastest of the geometries timed (tools/experiments/softmax_probe.py
 WARPS = -(-THREADS // WARP)  # the warps of a block
 WINDOW = THREADS * PER  # the terms a round of the scan covers
 assert WARPS <= WARP, "the warps' totals are scanned by one warp's lanes"
+assert PER % 2 == 0, "runs of PER + 1 slots, an odd number: a warp's runs start in distinct banks"
+assert THREADS % PER == 0, "term v + THREADS sits slots(THREADS) after term v (kernels.store_exps)"
+
+
+def slots(n):
+    """The floats of shared memory that n staged terms take (see slot)."""
+    return n + n // PER
+
+
+@cuda.jit(device=True)
+def slot(v):
+    """Where term v of the staged terms sits: after every PER terms a spare float, so that a warp's
+    lanes, whose runs start PER terms apart, read PER + 1 floats apart, in distinct banks. Packed
+    one after another, each of a warp's loads of its runs' terms hit two banks only, a 16-way
+    conflict (ncu on an H100, 2026-12-07: 84 % of the kernel's shared-load wavefronts)."""
+    return U(U(v) + U(U(v) // U(PER)))
+
+
+@cuda.jit(device=True)
+def head_sum(s, x, n):
+    """s + the first n staged terms, in order, by one thread: 2 * PER terms at a time, whose
+    slots lie at constant offsets from one address, so that all their loads issue ahead of the
+    adds (as kernels.staged_sum's)."""
+    base = U(0)
+    k = U(0)
+    while k + U(2 * PER) <= U(n):
+        for u in range(PER):  # two loops, so that every offset is a constant once unrolled
+            s += x[base + U(u)]
+        for u in range(PER):
+            s += x[base + U(PER + 1 + u)]
+        base += U(2 * PER + 2)
+        k += U(2 * PER)
+    while k < U(n):
+        s += x[slot(k)]
+        k += U(1)
+    return s
 
 
 # Numba widens 32-bit integer arithmetic to 64 bits; each result cast back to int32 lets the GPU
@@ -130,24 +164,25 @@ def scanned(a0, a1, lane, width):
 
 @cuda.jit(device=True)
 def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
-    """s + x[0] + x[1] + ... + x[n - 1] in float32, each add rounded in this order, for x >= 0 in
-    shared memory, s >= +0: called by every thread t of a block of THREADS, each of which gets the sum.
-    The first `head` terms are one thread's chain. Scratch, in shared memory: warps0 and warps1
-    (int32, WARPS: the warps' maps), ctrl (int32, 3: whether a term is refused, where the next
-    round starts, the sum's bits)."""
+    """s + x[0] + x[1] + ... + x[n - 1] in float32, each add rounded in this order, for x >= 0
+    staged in shared memory (term v at x[slot(v)]), s >= +0: called by every thread t of a block
+    of THREADS, each of which gets the sum. The first `head` terms are one thread's chain.
+    Scratch, in shared memory: warps0 and warps1 (int32, WARPS: the warps' maps), ctrl (int32, 3:
+    whether a term is refused, where the next round starts, the sum's bits)."""
     if t == 0:
         ctrl[0] = 1 if float_bits(s) < I(0) else 0
     cuda.syncthreads()
     # a term the scan does not take (the C's softmax makes none)
     for v in range(np.uint64(t), np.uint64(n), np.uint64(THREADS)):
-        if float_bits(x[v]) < I(0) or not x[v] < np.inf:  # negative (-0 too), infinite or NaN
+        xv = x[slot(v)]
+        if float_bits(xv) < I(0) or not xv < np.inf:  # negative (-0 too), infinite or NaN
             ctrl[0] = 1
     cuda.syncthreads()
     if ctrl[0] != 0:
         head = n
     if head > 0:
         if t == 0:
-            ctrl[2] = float_bits(K.staged_sum(s, x, np.uint64(0), min(head, n)))
+            ctrl[2] = float_bits(head_sum(s, x, min(head, n)))
         cuda.syncthreads()
         s = bits_float(ctrl[2])
     pos = min(head, n)
@@ -164,7 +199,7 @@ def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
         c0, c1 = I(0), I(0)
         for j in range(PER):  # a term past the end reads the last one and counts as zero: no branch
             v = U(at + U(j))
-            term = packed(x[U(min(v, last))], a, b)
+            term = packed(x[slot(min(v, last))], a, b)
             term = term if v <= last else I(0)
             terms[j] = term
             c0 = I(min(step(c0, term), SAT))
@@ -201,7 +236,7 @@ def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
                     before = k
                     k = step(k, terms[j])
                     cross = base + j
-            ctrl[2] = float_bits(joined(E, before) + x[cross])
+            ctrl[2] = float_bits(joined(E, before) + x[slot(cross)])
             ctrl[1] = cross + 1
         elif t == THREADS - 1 and end < BINADE:
             ctrl[2] = float_bits(joined(E, end))

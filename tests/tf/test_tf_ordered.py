@@ -13,17 +13,17 @@ from tf_numba import kernels as K
 from tf_numba import ordered as O
 from tf_numba import launch
 
-CHUNK, WARPS = K.SOFTMAX_CHUNK, O.WARPS  # shared arrays' sizes: constants
+CHUNK, SLOTS, WARPS = K.SOFTMAX_CHUNK, K.SOFTMAX_SLOTS, O.WARPS  # shared arrays' sizes: constants
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the row that overflows
 
 
 @cuda.jit(**K.SOFTMAX_OPTIONS)  # a block of O.THREADS, as the softmax's
 def sum_rows(rows, lengths, starts, heads, sums):
     """sums[r] = starts[r] + rows[r, 0] + ... in order, a block a row, the row staged in chunks
-    (the head only in the first), as tf_unembedding_softmax calls it."""
+    (the head only in the first; term v at O.slot(v)), as tf_unembedding_softmax calls it."""
     r = cuda.blockIdx.x
     t = cuda.threadIdx.x
-    chunk = cuda.shared.array(CHUNK, np.float32)
+    chunk = cuda.shared.array(SLOTS, np.float32)
     warps0 = cuda.shared.array(WARPS, np.int32)
     warps1 = cuda.shared.array(WARPS, np.int32)
     ctrl = cuda.shared.array(3, np.int32)
@@ -31,7 +31,7 @@ def sum_rows(rows, lengths, starts, heads, sums):
     for c0 in range(0, lengths[r], CHUNK):
         n = min(CHUNK, lengths[r] - c0)
         for v in range(t, n, O.THREADS):
-            chunk[v] = rows[r, c0 + v]
+            chunk[O.slot(v)] = rows[r, c0 + v]
         cuda.syncthreads()
         s = O.ordered_sum(s, chunk, n, t, heads[r] if c0 == 0 else 0, warps0, warps1, ctrl)
     if t == 0:

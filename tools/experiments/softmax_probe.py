@@ -36,6 +36,7 @@ def geometry(text):
     ordered.THREADS, ordered.PER, ordered.HEAD = threads, per, head
     ordered.WARPS, ordered.WINDOW = -(-threads // ordered.WARP), threads * per
     K.SOFTMAX_THREADS, K.SOFTMAX_WARPS, K.SOFTMAX_CHUNK = threads, ordered.WARPS, ordered.WINDOW
+    K.SOFTMAX_SLOTS, K.SOFTMAX_SLOT_STEP = ordered.slots(K.SOFTMAX_CHUNK), ordered.slots(threads)
     assert K.SOFTMAX_CHUNK <= threads * K.SOFTMAX_LOADS, "a chunk of exps is one load a thread's SOFTMAX_LOADS"
     options = K.softmax_options(threads)
     for name in ("tf_unembedding_softmax", "tf_unembedding_softmax_chain"):
