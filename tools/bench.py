@@ -27,6 +27,7 @@ compiled static cache; llm.c's train_gpt2_fp32.cu from the shared peers folder, 
 has one: tools/bench_peers.py), with speed-ups over the fastest PyTorch variant and
 over tf.c's own timers as the oracle fixtures recorded them on a CPU (tools/bench_tf.py).
 """
+import gc
 import json
 import os
 import shlex
@@ -255,6 +256,9 @@ def bench_tf(args, out_dir, save):
     for fp_model in ("fma", "nofma"):
         fixture = ROOT / "tests" / "fixtures" / f"tf_oracle_gpt2_{fp_model}.json"
         oracle = json.loads((ROOT / "tests" / "fixtures" / f"tf_oracle_gpt2_generate_{fp_model}.json").read_text())
+        # the model before this one frees its arenas now, not when Numba's pending frees next flush
+        gc.collect()
+        cuda.current_context().deallocations.clear()
         free_before = cuda.current_context().get_memory_info()[0]
         m = TFModel(cfg, tensors, fp_model)
         r = result["runs"][fp_model] = time_tf(m, data, fixture)
