@@ -102,21 +102,9 @@ else:
     def bits_float(b):
         return libdevice.int_as_float(b)
 
-    @device
-    def dfma(a, b, c):
-        return libdevice.fma(a, b, c)
-
-    @device
-    def double_hi(x):
-        return libdevice.double2hiint(x)
-
-    @device
-    def double_lo(x):
-        return libdevice.double2loint(x)
-
-    @device
-    def hilo_double(hi, lo):
-        return libdevice.hiloint2double(hi, lo)
+    # libdevice's own, called directly
+    dfma, double_hi, double_lo = libdevice.fma, libdevice.double2hiint, libdevice.double2loint
+    hilo_double = libdevice.hiloint2double
 
 
 @device
