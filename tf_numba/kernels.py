@@ -807,7 +807,9 @@ def store_exps(row, c0, chunk, n, t, got, softmax_max, exp2_16):
     """tf.c's exps of load_chunk's logits (fp.expf_short: exp2_16 is its table in shared memory),
     each written back to row[c0:c0 + n] and staged in chunk (shared memory, where the ordered sum
     reads them: term v at ordered.slot(v)). The rare terms that fp.expf_or_nan leaves to expf
-    are redone after the others, so that the loop over the others stays unrolled."""
+    are redone after the others, so that the loop over the others stays unrolled. Returns
+    whether any of them is one the ordered sum refuses (ordered.refused): only those can be, since
+    expf_or_nan's floats lie in (0, 1]."""
     # the u-th term's places: constant steps from the first's, in unsigned arithmetic
     at = np.uint64(c0 + t)
     slot = ordered.slot(t)
@@ -818,12 +820,15 @@ def store_exps(row, c0, chunk, n, t, got, softmax_max, exp2_16):
             row[at + np.uint64(u * SOFTMAX_THREADS)] = e
             chunk[slot + np.uint32(u * SOFTMAX_SLOT_STEP)] = e
             left |= np.uint32(0 if e == e else 1 << u)
+    refusing = False
     if left != 0:
         for u in range(SOFTMAX_LOADS):
             if left & np.uint32(1 << u):
                 e = expf(got[u] - softmax_max)
                 row[at + np.uint64(u * SOFTMAX_THREADS)] = e
                 chunk[slot + np.uint32(u * SOFTMAX_SLOT_STEP)] = e
+                refusing |= ordered.refused(e)
+    return refusing
 
 
 @cuda.jit(**SOFTMAX_OPTIONS)
@@ -843,7 +848,7 @@ def tf_unembedding_softmax(out, rows, softmax_max, maxima, r_softmax_exp_sum):
     chunk = cuda.shared.array(SOFTMAX_SLOTS, np.float32)
     warps0 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
     warps1 = cuda.shared.array(SOFTMAX_WARPS, np.int32)
-    ctrl = cuda.shared.array(3, np.int32)
+    ctrl = cuda.shared.array(2, np.int32)
     exp2_16 = cuda.shared.array(16, np.float64)
     for j in range(t, 16, SOFTMAX_THREADS):  # read after softmax_row_max's barriers
         exp2_16[j] = EXP2_16[j]
@@ -852,13 +857,12 @@ def tf_unembedding_softmax(out, rows, softmax_max, maxima, r_softmax_exp_sum):
     softmax_exp_sum = ZERO
     for c0 in range(0, V, SOFTMAX_CHUNK):
         n = min(SOFTMAX_CHUNK, V - c0)
-        store_exps(row, c0, chunk, n, t, got, m, exp2_16)
-        cuda.syncthreads()
+        refusing = cuda.syncthreads_or(np.int32(store_exps(row, c0, chunk, n, t, got, m, exp2_16))) != 0
         if c0 + SOFTMAX_CHUNK < V:
             load_chunk(row, c0 + SOFTMAX_CHUNK, min(SOFTMAX_CHUNK, V - c0 - SOFTMAX_CHUNK), t, got)
         # ends with a barrier after its last read of the chunk, which the next one overwrites
         softmax_exp_sum = ordered.ordered_sum(softmax_exp_sum, chunk, n, t, ordered.HEAD if c0 == 0 else 0,
-                                              warps0, warps1, ctrl)
+                                              refusing, warps0, warps1, ctrl)
     if t == 0:
         r_softmax_exp_sum[r] = ONE / softmax_exp_sum
 

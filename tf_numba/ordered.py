@@ -163,28 +163,29 @@ def scanned(a0, a1, lane, width):
 
 
 @cuda.jit(device=True)
-def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
+def refused(x):
+    """Whether the scan cannot take term x: negative (-0 too), infinite or NaN. The C's softmax
+    makes none; ordered_sum adds a chunk with one as a chain."""
+    return float_bits(x) < I(0) or not x < np.inf
+
+
+@cuda.jit(device=True)
+def ordered_sum(s, x, n, t, head, any_refused, warps0, warps1, ctrl):
     """s + x[0] + x[1] + ... + x[n - 1] in float32, each add rounded in this order, for x >= 0
     staged in shared memory (term v at x[slot(v)]), s >= +0: called by every thread t of a block
     of THREADS, each of which gets the sum. The first `head` terms are one thread's chain.
-    Scratch, in shared memory: warps0 and warps1 (int32, WARPS: the warps' maps), ctrl (int32, 3:
-    whether a term is refused, where the next round starts, the sum's bits)."""
-    if t == 0:
-        ctrl[0] = 1 if float_bits(s) < I(0) else 0
-    cuda.syncthreads()
-    # a term the scan does not take (the C's softmax makes none)
-    for v in range(np.uint64(t), np.uint64(n), np.uint64(THREADS)):
-        xv = x[slot(v)]
-        if float_bits(xv) < I(0) or not xv < np.inf:  # negative (-0 too), infinite or NaN
-            ctrl[0] = 1
-    cuda.syncthreads()
-    if ctrl[0] != 0:
+    any_refused: whether refused(x[v]) for some v < n, the same in every thread; the callers
+    check each term as they stage it, and their barrier after the staging
+    (cuda.syncthreads_or) shares the answer, which a pass over the chunk of its own cost 10 % of
+    the softmax's kernel. Scratch, in shared memory: warps0 and warps1 (int32, WARPS: the warps'
+    maps), ctrl (int32, 2: where the next round starts, the sum's bits)."""
+    if any_refused or float_bits(s) < I(0):
         head = n
     if head > 0:
         if t == 0:
-            ctrl[2] = float_bits(head_sum(s, x, min(head, n)))
+            ctrl[1] = float_bits(head_sum(s, x, min(head, n)))
         cuda.syncthreads()
-        s = bits_float(ctrl[2])
+        s = bits_float(ctrl[1])
     pos = min(head, n)
     terms = cuda.local.array(PER, np.int32)
     lane, warp = t % WARP, t // WARP
@@ -236,12 +237,12 @@ def ordered_sum(s, x, n, t, head, warps0, warps1, ctrl):
                     before = k
                     k = step(k, terms[j])
                     cross = base + j
-            ctrl[2] = float_bits(joined(E, before) + x[slot(cross)])
-            ctrl[1] = cross + 1
+            ctrl[1] = float_bits(joined(E, before) + x[slot(cross)])
+            ctrl[0] = cross + 1
         elif t == THREADS - 1 and end < BINADE:
-            ctrl[2] = float_bits(joined(E, end))
-            ctrl[1] = min(pos + WINDOW, n)
+            ctrl[1] = float_bits(joined(E, end))
+            ctrl[0] = min(pos + WINDOW, n)
         cuda.syncthreads()
-        s = bits_float(ctrl[2])
-        pos = ctrl[1]
+        s = bits_float(ctrl[1])
+        pos = ctrl[0]
     return s

@@ -26,14 +26,16 @@ def sum_rows(rows, lengths, starts, heads, sums):
     chunk = cuda.shared.array(SLOTS, np.float32)
     warps0 = cuda.shared.array(WARPS, np.int32)
     warps1 = cuda.shared.array(WARPS, np.int32)
-    ctrl = cuda.shared.array(3, np.int32)
+    ctrl = cuda.shared.array(2, np.int32)
     s = starts[r]
     for c0 in range(0, lengths[r], CHUNK):
         n = min(CHUNK, lengths[r] - c0)
+        refusing = 0
         for v in range(t, n, O.THREADS):
             chunk[O.slot(v)] = rows[r, c0 + v]
-        cuda.syncthreads()
-        s = O.ordered_sum(s, chunk, n, t, heads[r] if c0 == 0 else 0, warps0, warps1, ctrl)
+            refusing |= O.refused(rows[r, c0 + v])
+        refusing = cuda.syncthreads_or(np.int32(refusing)) != 0
+        s = O.ordered_sum(s, chunk, n, t, heads[r] if c0 == 0 else 0, refusing, warps0, warps1, ctrl)
     if t == 0:
         sums[r] = s
 
@@ -125,25 +127,36 @@ def test_packed_is_the_exact_rounding():
 
 
 def softmax_reference(logits):
-    """tf.c's softmax of a row in numpy: the max, the exps (double, rounded), their sum in order,
-    the reciprocal, the products."""
-    m = logits.max()
+    """tf.c's softmax of a row in numpy: the max (a NaN is never greater), the exps (double,
+    rounded), their sum in order, the reciprocal, the products."""
+    m = np.where(np.isnan(logits), np.float32(-np.inf), logits).max()
     exps = np.exp((logits - m).astype(np.float64)).astype(np.float32)
     r = np.float32(1.0) / chain(0.0, exps)
     return exps * r
 
 
+def same_floats(a, b):
+    """Bit for bit, except that any NaN equals any NaN (their payloads are the GPU's or numpy's)."""
+    nan = np.isnan(a)
+    return np.array_equal(nan, np.isnan(b)) and np.array_equal(a[~nan].view(np.uint32), b[~nan].view(np.uint32))
+
+
 @pytest.mark.parametrize("kernel", ["scan", "chain"])
-@pytest.mark.parametrize("scale", [1.0, 30.0], ids=["logits", "wide_logits"])
-def test_unembedding_softmax_equals_tf_c(scale, kernel):
+@pytest.mark.parametrize("scale,nan", [(1.0, False), (30.0, False), (1.0, True)],
+                         ids=["logits", "wide_logits", "nan_logit"])
+def test_unembedding_softmax_equals_tf_c(scale, nan, kernel):
     """launch.unembedding_softmax (the passes' kernels: the max from the unembedding's maxima, exps
     and scaling over slices of a row, the ordered sum between) and tf_unembedding_softmax_chain (tf.c's chain, its reference, one
     block a row), each on rows of logits as forward.py launches them, against the numpy loop. The
-    rows start at 1, so that a kernel that took rows[0] for 0 would fail."""
+    rows start at 1, so that a kernel that took rows[0] for 0 would fail. A NaN logit in the
+    last row's second chunk: tf.c's max passes over it, its exp is NaN (a term the scan refuses),
+    and so is every probability of the row."""
     V = 50257 if not config.ENABLE_CUDASIM else 3 * CHUNK // 2 + 5
     T = 4 if not config.ENABLE_CUDASIM else 2
     rng = np.random.default_rng(int(scale))
     logits = (rng.standard_normal((T + 1, V)) * scale).astype(np.float32)
+    if nan:
+        logits[T, CHUNK + 3] = np.float32(np.nan)
     out = cuda.to_device(logits)
     rows = cuda.to_device(np.array([1, T + 1], np.int64))
     # training's copy for the backward: rows longer than the logits', as its arena pads them
@@ -153,16 +166,17 @@ def test_unembedding_softmax_equals_tf_c(scale, kernel):
         width = 7
         blocks = -(-V // width)
         tops = np.full((T + 1, blocks + 1), np.float32(np.nan))  # row 0 and the spare column: never read
-        for q in range(blocks):
-            tops[1:, q] = logits[1:, q * width:(q + 1) * width].max(axis=1)
+        for q in range(blocks):  # as the epilogue takes them: a NaN is never greater
+            block = logits[1:, q * width:(q + 1) * width]
+            tops[1:, q] = np.where(np.isnan(block), np.float32(-np.inf), block).max(axis=1)
         launch.unembedding_softmax(out, rows, T, cuda.to_device(tops), blocks, cuda.device_array(T, np.float32), copy)
     else:
         launch.blocks(K.tf_unembedding_softmax_chain, T, K.SOFTMAX_THREADS, 0, out, rows)
     got = out.copy_to_host()
     assert np.array_equal(got[0].view(np.uint32), logits[0].view(np.uint32))  # not one of the rows
     for i in range(1, T + 1):
-        assert np.array_equal(got[i].view(np.uint32), softmax_reference(logits[i]).view(np.uint32)), i
+        assert same_floats(got[i], softmax_reference(logits[i])), i
     if kernel == "scan":  # the copy: the probabilities, bit for bit, and nothing past them or outside the rows
         copied = copy.copy_to_host()
-        assert np.array_equal(copied[1:, :V].view(np.uint32), got[1:].view(np.uint32))
+        assert same_floats(copied[1:, :V], got[1:])
         assert np.array_equal(copied[0], poison[0]) and np.array_equal(copied[:, V:], poison[:, V:])
