@@ -22,7 +22,7 @@ and logf, which cudakit.devmath has for microgpt.) sqrtf and `/` are IEEE in bot
 
 `expf_short` is the same float as `expf` by a shorter double path, for the softmax's scan, where
 libdevice's exp was a quarter of the kernel (docs/tf.md); tests/tf/test_tf_fp.py holds it to
-`expf` on every float of its range on a GPU.
+`expf` on every float32 on a GPU.
 """
 import math
 
@@ -78,10 +78,11 @@ def expf_short(x, exp2_16):
 def expf_or_nan(x, exp2_16):
     """expf(x), the same float, for x in [EXP_SHORT_MIN, 0], or NaN, which leaves x to expf: x out
     of that range, or one whose exp lies within NEAR units (2^-43 of it) of a float's rounding
-    boundary, a few hundred of the 1.1 billion floats in the range. The double exp here is off by
-    under 2^-49 of itself (a degree-6 polynomial on |r| <= ln2 / 32, a rounding a step) and
-    libdevice's by under 2^-52, so elsewhere the two round to the same float. exp2_16: EXP2_16 in
-    shared memory. No branch: the loop that calls it stays unrolled."""
+    boundary (519 of the 1.1 billion floats in the range in tools/experiments/expf_model.py).
+    The double exp here (a degree-6 polynomial on |r| <= ln2 / 32) is off by under 2^-47.9 of
+    itself in that model, which rounds every step where this fuses, and libdevice's by about
+    2^-52, so elsewhere the two round to the same float; test_tf_fp checks every float32.
+    exp2_16: EXP2_16 in shared memory. No branch: the loop that calls it stays unrolled."""
     inside = x >= EXP_SHORT_MIN and x <= np.float32(0)  # not NaN either
     xd = np.float64(x if inside else np.float32(0))
     shifted = dfma(xd, R_LN2_16, ROUND)
