@@ -796,10 +796,12 @@ def softmax_row_max(softmax_max, i, maxima, t, threads, part):
 
 @cuda.jit(device=True)
 def load_chunk(row, c0, n, t, got):
-    """Thread t's values of row[c0:c0 + n] (one load each, all in flight) into got."""
+    """Thread t's values of row[c0:c0 + n] (one load each, all in flight) into got: at constant
+    steps from the first, in unsigned arithmetic, as store_exps stores them."""
+    at = np.uint64(c0 + t)
+    left = np.int32(np.int32(n) - np.int32(t))  # n <= SOFTMAX_CHUNK: 32 bits
     for u in range(SOFTMAX_LOADS):
-        v = t + u * SOFTMAX_THREADS
-        got[u] = row[c0 + v] if v < n else ZERO
+        got[u] = row[at + np.uint64(u * SOFTMAX_THREADS)] if np.int32(u * SOFTMAX_THREADS) < left else ZERO
 
 
 @cuda.jit(device=True)
@@ -813,17 +815,18 @@ def store_exps(row, c0, chunk, n, t, got, softmax_max, exp2_16):
     # the u-th term's places: constant steps from the first's, in unsigned arithmetic
     at = np.uint64(c0 + t)
     slot = ordered.slot(t)
-    left = np.uint32(0)
+    left = np.int32(np.int32(n) - np.int32(t))  # n <= SOFTMAX_CHUNK: 32 bits
+    handed = np.uint32(0)
     for u in range(SOFTMAX_LOADS):
-        if t + u * SOFTMAX_THREADS < n:
+        if np.int32(u * SOFTMAX_THREADS) < left:
             e = expf_or_nan(got[u] - softmax_max, exp2_16)
             row[at + np.uint64(u * SOFTMAX_THREADS)] = e
             chunk[slot + np.uint32(u * SOFTMAX_SLOT_STEP)] = e
-            left |= np.uint32(0 if e == e else 1 << u)
+            handed |= np.uint32(0 if e == e else 1 << u)
     refusing = False
-    if left != 0:
+    if handed != 0:
         for u in range(SOFTMAX_LOADS):
-            if left & np.uint32(1 << u):
+            if handed & np.uint32(1 << u):
                 e = expf(got[u] - softmax_max)
                 row[at + np.uint64(u * SOFTMAX_THREADS)] = e
                 chunk[slot + np.uint32(u * SOFTMAX_SLOT_STEP)] = e
