@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import bench_peers  # noqa: E402  (stdlib and numpy only: torch is imported where it is timed)
-from cudakit.gpu import quiet  # noqa: E402
+from cudakit.gpu import quiet, unavailable_reason  # noqa: E402
 from logcompare import compare_runs  # noqa: E402
 from microgpt_numba.cli import ENGINES  # noqa: E402
 from ncu_summary import read as read_ncu  # noqa: E402
@@ -243,14 +243,20 @@ def bench_tf(args, out_dir, save):
     from tf_numba.generate import GENERATE
     from tf_numba.model import TFModel
 
+    reason = unavailable_reason(simulator_ok=False)
+    if reason:  # before the synthetic weights' 500 MB are written
+        raise BenchError(f"tf: {reason}; the bench times kernels, so run it on a machine with a CUDA GPU")
     assets_dir = Path(args.assets) if args.assets else out_dir / "assets"
     if not args.assets:
         from tf_assets import write_synthetic
         from tf_numba.config import GPT2
 
         write_synthetic(assets_dir, GPT2)
-    cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
-    data = assets.load_data(assets_dir / "data", cfg.d_vocab)
+    try:
+        cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
+        data = assets.load_data(assets_dir / "data", cfg.d_vocab)
+    except assets.AssetError as exc:  # its message names the file and the fix
+        raise BenchError(f"tf: {exc}") from None
     result = {"config": str(cfg), "runs": {}}
     long_prompt = [int(t) for t in np.random.default_rng(0).integers(0, cfg.d_vocab, 512)]
     for fp_model in ("fma", "nofma"):

@@ -101,3 +101,10 @@ def test_llmc_without_the_peers_folder_is_skipped_with_a_reason(tmp_path):
     got = bench.time_llmc(tmp_path / "no_peers", tmp_path / "model.safetensors", tmp_path / "data",
                                 tmp_path / "build")
     assert list(got) == ["skipped"] and "no_peers" in got["skipped"] and "peers folder" in got["skipped"]
+
+
+def test_tf_without_a_gpu_or_assets_is_one_line(tmp_path, capsys):
+    """The real tf entry: in the simulator (CI) it stops at the GPU check, before writing 500 MB of
+    synthetic weights; on a GPU at the missing assets. Either way one line and exit 1."""
+    one_line(capsys, ["tf", "--out", str(tmp_path / "out"), "--assets", str(tmp_path / "missing")], 1, "bench: tf: ")
+    assert not (tmp_path / "out" / "assets").exists()
