@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 
+from cudakit.files import special_file
+
 from .dataset import DEFAULT_CORPUS, InputError, shown_path
 
 PROG = "microgpt_numba"
@@ -75,7 +77,8 @@ MIN_TEMPERATURE = float(np.nextafter(np.float32(1.0) / np.finfo(np.float32).max,
 
 def _temperature(text):
     try:
-        value = np.float32(float(text))
+        with np.errstate(over="ignore"):  # past float32's range is refused below, without numpy's warning
+            value = np.float32(float(text))
     except ValueError:
         value = None
     if value is None or not np.isfinite(value) or value <= 0:
@@ -197,6 +200,9 @@ def open_loss_log(path):
     try:
         log = open(path, "x", newline="")
     except FileExistsError:
+        kind = "a folder" if os.path.isdir(path) else special_file(path)
+        if kind:
+            raise InputError(f"--loss-log {shown} is {kind}, not a file; give --loss-log a new file name") from None
         raise InputError(f"--loss-log file {shown} exists; give a new file name (an existing log is never "
                          "overwritten)") from None
     except OSError as exc:

@@ -69,6 +69,7 @@ def tiny_input(tmp_path):
     (["--temperature", "warm"], ["argument --temperature", "'warm'"]),
     (["--temperature", "1e-45"], ["argument --temperature", "1.0f / temperature overflows float32"]),
     (["--temperature", "2.9e-39"], ["argument --temperature", "at least 2.939e-39"]),
+    (["--temperature", "1e40"], ["argument --temperature", "'1e40'"]),  # past float32: no numpy warning line
     (["--engine", "turbo"], ["argument --engine", "'turbo'", "fast", "reference"]),
     (["--bogus"], ["unknown option '--bogus'"]),
     (["--bogus", "3"], ["unknown option '--bogus'"]),
@@ -134,6 +135,14 @@ def test_input_without_documents(capsys, tmp_path):
     one_line_error(capsys, ["--input", str(blank)], 1, "no non-empty line", "one document per line")
 
 
+def test_input_whose_lines_end_at_once_at_a_nul(capsys, tmp_path):
+    """Documents end at a NUL, as C strings do: lines of NULs are empty documents, and a file of
+    only those has nothing to learn (microgpt.cu would train on BOS alone, every loss 0)."""
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"\0\n\0\0\n\0abc\n")
+    one_line_error(capsys, ["--input", str(nul)], 1, "no byte before a NUL", "one document per line")
+
+
 def test_missing_non_utf8_input_path_is_shown_by_its_bytes(capsys, tmp_path):
     path = os.fsdecode(os.fsencode(tmp_path) + b"/names\xff.txt")
     err = one_line_error(capsys, ["--input", path], 1, "does not exist")
@@ -145,6 +154,12 @@ def test_loss_log_refuses_an_existing_file(capsys, tiny_input, tmp_path):
     log.write_text("earlier\n")
     one_line_error(capsys, ["--input", str(tiny_input), "--loss-log", str(log)], 1, "exists", "never overwritten")
     assert log.read_text() == "earlier\n"
+
+
+def test_loss_log_that_is_a_folder_or_a_device(capsys, tiny_input, tmp_path):
+    one_line_error(capsys, ["--input", str(tiny_input), "--loss-log", str(tmp_path)], 1, "is a folder, not a file")
+    one_line_error(capsys, ["--input", str(tiny_input), "--loss-log", "/dev/null"], 1,
+                   "is a character device, not a file")
 
 
 def test_loss_log_in_a_missing_folder(capsys, tiny_input, tmp_path):
