@@ -56,6 +56,15 @@ def parse_args(argv):
     return args
 
 
+def utf8(text):
+    """Whether text is valid UTF-8: argv's bytes that are not come in as lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_options(args):
     """Refuse what the options cannot mean before anything is loaded."""
     given = [name for name in GENERATION_OPTIONS if getattr(args, name) not in (None, False)]
@@ -64,6 +73,8 @@ def check_options(args):
         raise UsageError(f"{flag} means nothing with --validate, which runs tf.c's training step: drop it")
     if args.expected and not args.validate:
         raise UsageError("--expected means nothing without --validate: add --validate or drop --expected")
+    if args.prompt is not None and not utf8(args.prompt):
+        raise UsageError("--prompt is not UTF-8 text (its bytes would be replaced by U+FFFD): pass the prompt in UTF-8")
     if args.bpe_file and args.prompt is None:
         raise UsageError("--bpe-file only encodes --prompt: add --prompt TEXT or drop --bpe-file")
     if args.temperature is not None and not (math.isfinite(args.temperature) and args.temperature >= 0):
