@@ -163,14 +163,15 @@ def synthetic_data(d_vocab: int, n_tokens: int) -> np.ndarray:
 
 
 def check_config(cfg: Config, n_tokens: int):
+    """Refuse (UsageError, exit 2) sizes that tf.c cannot take."""
     if min(cfg.d_vocab, cfg.d_seq, cfg.d_model, cfg.n_heads, cfg.n_layers) < 1:
-        raise ToolError(f"every size must be at least 1, got {cfg}")
+        raise UsageError(f"every size must be at least 1, got {cfg}")
     if cfg.d_model % cfg.n_heads:
-        raise ToolError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.n_heads}; pick sizes that divide")
+        raise UsageError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.n_heads}; pick sizes that divide")
     if cfg.d_vocab > 65536:
-        raise ToolError(f"vocab {cfg.d_vocab} does not fit tf.c's uint16 tokens; use at most 65536")
+        raise UsageError(f"vocab {cfg.d_vocab} does not fit tf.c's uint16 tokens; use at most 65536")
     if not 1 <= n_tokens <= DATA_SIZE_MAX // 2:
-        raise ToolError(f"--tokens {n_tokens} must be between 1 and {DATA_SIZE_MAX // 2} (tf.c's data limit)")
+        raise UsageError(f"--tokens {n_tokens} must be between 1 and {DATA_SIZE_MAX // 2} (tf.c's data limit)")
 
 
 def tensor_bytes(cfg: Config) -> int:

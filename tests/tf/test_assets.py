@@ -149,9 +149,13 @@ def test_never_overwrites_without_force(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "enc", "model.safetensors"]
 
 
-def test_bad_sizes_are_one_line(tmp_path):
-    done = run_tool("synth", "--preset", "tiny", "--heads", "3", "--out", str(tmp_path))
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "multiple of heads" in done.stderr
+@pytest.mark.parametrize("sizes,words", [(("--heads", "3"), "multiple of heads"), (("--vocab", "0"), "at least 1"),
+                                         (("--layers", "-1"), "at least 1"), (("--vocab", "65537"), "uint16"),
+                                         (("--tokens", "0"), "--tokens 0")])
+def test_bad_sizes_are_usage_errors(tmp_path, sizes, words):
+    """Sizes tf.c cannot take are a bad option: one line, exit 2 (the tool's docstring), nothing written."""
+    done = run_tool("synth", "--preset", "tiny", *sizes, "--out", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
     assert not any(tmp_path.iterdir())
 
 
