@@ -248,10 +248,16 @@ def bench_tf(args, out_dir, save):
         raise BenchError(f"tf: {reason}; the bench times kernels, so run it on a machine with a CUDA GPU")
     assets_dir = Path(args.assets) if args.assets else out_dir / "assets"
     if not args.assets:
-        from tf_assets import write_synthetic
+        from tf_assets import ToolError, UsageError, write_synthetic
         from tf_numba.config import GPT2
 
-        write_synthetic(assets_dir, GPT2)
+        if assets_dir.exists():  # an interrupted run's: its files may be partial
+            raise BenchError(f"tf: {assets_dir} is left from an earlier run; pick a new --out, or pass --assets "
+                             f"{assets_dir} if its files are whole")
+        try:
+            write_synthetic(assets_dir, GPT2)
+        except (ToolError, UsageError) as exc:  # too little disk space, a folder that cannot be made
+            raise BenchError(f"tf: cannot write the synthetic weights ({exc}); pick another --out") from None
     try:
         cfg, tensors = assets.load_model(assets_dir / "model.safetensors")
         data = assets.load_data(assets_dir / "data", cfg.d_vocab)

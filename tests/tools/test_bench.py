@@ -4,6 +4,7 @@ themselves need a GPU (they run on the device machine); stand-ins replace them h
 import json
 
 import pytest
+from numba import config
 
 import bench
 
@@ -103,8 +104,24 @@ def test_llmc_without_the_peers_folder_is_skipped_with_a_reason(tmp_path):
     assert list(got) == ["skipped"] and "no_peers" in got["skipped"] and "peers folder" in got["skipped"]
 
 
-def test_tf_without_a_gpu_or_assets_is_one_line(tmp_path, capsys):
-    """The real tf entry: in the simulator (CI) it stops at the GPU check, before writing 500 MB of
-    synthetic weights; on a GPU at the missing assets. Either way one line and exit 1."""
+def test_tf_with_missing_assets_is_one_line(tmp_path, capsys):
+    """The real tf entry: in the simulator (CI) it stops at the GPU check, on a GPU at the missing
+    assets. Either way one line and exit 1."""
     one_line(capsys, ["tf", "--out", str(tmp_path / "out"), "--assets", str(tmp_path / "missing")], 1, "bench: tf: ")
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="on a GPU the bench would write and time GPT-2")
+def test_tf_without_a_gpu_writes_nothing(tmp_path, capsys):
+    """Without a GPU the tf entry stops before it writes 500 MB of synthetic weights into --out."""
+    one_line(capsys, ["tf", "--out", str(tmp_path / "out")], 1, "bench: tf: ", "CUDA GPU")
     assert not (tmp_path / "out" / "assets").exists()
+
+
+def test_tf_assets_left_in_out_are_one_line(tmp_path, capsys, monkeypatch):
+    """A folder left by an interrupted run holds synthetic weights, perhaps partial: the bench
+    refuses it in one line and leaves it (past the GPU check, which a stand-in passes here)."""
+    (tmp_path / "out" / "assets").mkdir(parents=True)
+    (tmp_path / "out" / "assets" / "enc").write_bytes(b"earlier")
+    monkeypatch.setattr(bench, "unavailable_reason", lambda simulator_ok=True: None)
+    one_line(capsys, ["tf", "--out", str(tmp_path / "out")], 1, "left from an earlier run", "pick a new --out")
+    assert (tmp_path / "out" / "assets" / "enc").read_bytes() == b"earlier"
