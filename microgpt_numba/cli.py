@@ -211,6 +211,13 @@ def open_loss_log(path):
     return log
 
 
+def escaped(name):
+    """A file name's bytes for the one `corpus:` line: backslashes and control bytes escaped, the
+    rest (a name need not be UTF-8) as they are."""
+    named = {0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t"}
+    return b"".join(named.get(c, b"\\x%02x" % c if c < 0x20 or c == 0x7F else bytes([c])) for c in name)
+
+
 def step_line(step, num_steps, loss):
     return b"step %4d / %4d | loss %.4f" % (step + 1, num_steps, loss)
 
@@ -235,6 +242,7 @@ def train(opts, out, err=None):
     gen = GlibcRand(SEED)
     docs = default_docs() if opts.input_path is None else read_input(opts.input_path)
     corpus = DEFAULT_CORPUS.encode() if opts.input_path is None else os.fsencode(opts.input_path)
+    corpus = escaped(corpus)
     log = open_loss_log(opts.loss_log) if opts.loss_log is not None else None
     try:
         dataset = load_dataset(docs, gen)

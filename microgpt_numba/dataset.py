@@ -71,7 +71,7 @@ def read_input(path):
         raise InputError(f"input file {shown} has no non-empty line; give --input a file with one document per line")
     if not any(docs):  # microgpt.cu would train on BOS alone: a vocabulary of nothing, every loss 0
         raise InputError(f"input file {shown} has no byte before a NUL on any line (documents end at a NUL, as C "
-                         "strings do); give --input a file with one document per line")
+                         "strings do); give --input a file whose lines have text before any NUL byte")
     return docs
 
 

@@ -140,7 +140,7 @@ def test_input_whose_lines_end_at_once_at_a_nul(capsys, tmp_path):
     only those has nothing to learn (microgpt.cu would train on BOS alone, every loss 0)."""
     nul = tmp_path / "nul.txt"
     nul.write_bytes(b"\0\n\0\0\n\0abc\n")
-    one_line_error(capsys, ["--input", str(nul)], 1, "no byte before a NUL", "one document per line")
+    one_line_error(capsys, ["--input", str(nul)], 1, "no byte before a NUL", "text before any NUL byte")
 
 
 def test_missing_non_utf8_input_path_is_shown_by_its_bytes(capsys, tmp_path):
@@ -255,18 +255,25 @@ def test_int_max_samples_and_steps_set_up_bounded_buffers(monkeypatch):
     assert peak < 20 * 2 ** 20, f"{peak / 2 ** 20:.1f} MiB"
 
 
+def test_corpus_line_escapes_what_would_break_it():
+    """A name's backslash, newline and other control bytes escaped (so that two names never print
+    alike, and the line stays one), its other bytes as they are."""
+    assert cli.escaped(b"a\\b\nc\x1b\xff\td") == b"a\\\\b\\nc\\x1b\xff\\td"
+    assert cli.escaped(b"a\\n") != cli.escaped(b"a\n")
+
+
 # ---- a file whose name is not UTF-8, and the loss log (one short simulator run)
 
 @pytest.mark.slow
 def test_non_utf8_input_path_and_loss_log(tmp_path):
     folder = os.fsencode(tmp_path)
-    path, log = folder + b"/names\xff.txt", folder + b"/losses\xfe.csv"
+    path, log = folder + b"/names\xff\n.txt", folder + b"/losses\xfe.csv"
     with open(path, "wb") as f:
         f.write(b"ab\nba\nabc\n")
     result = run_cli([b"--input", path, b"--steps", b"2", b"--samples", b"0", b"--loss-log", log])
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split(b"\n")
-    assert lines[0] == b"corpus: " + path
+    assert lines[0] == b"corpus: " + path.replace(b"\n", b"\\n")  # the name's bytes, its newline escaped
     printed = [re.fullmatch(rb"step    (\d) /    2 \| loss (\d\.\d{4})", line) for line in lines if
                line.startswith(b"step")]
     assert [m.group(1) for m in printed] == [b"1", b"2"]
