@@ -163,8 +163,9 @@ def test_prompt_not_in_a_tiny_vocabulary(capsys, tiny_assets, shared):
 def test_prompt_that_is_not_utf8(capsys, tiny_assets, tmp_path):
     """argv's bytes that are not UTF-8 (Python hands them on as lone surrogates) would reach the
     encoder as U+FFFD: a prompt other than the one typed."""
-    one_line_error(capsys, ["--assets", str(tiny_assets), "--tokens", "2", "--prompt", "a\udcffb",
-                            "--bpe-file", str(tmp_path / "any.tiktoken")], "--prompt is not UTF-8")
+    argv = ["--assets", str(tiny_assets), "--tokens", "2", "--prompt", "a\udcffb", "--bpe-file", str(tmp_path / "x")]
+    one_line_error(capsys, argv, "--prompt is not UTF-8")
+    assert main(argv) == 2  # a usage error
 
 
 def test_unreadable_bpe_file(capsys, tiny_assets, tmp_path):
