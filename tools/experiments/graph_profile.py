@@ -7,10 +7,12 @@ ncu times each kernel alone, its caches flushed and the launch serialised; here 
 where the graph puts it, so the sum of a replay's kernels against its span (first start to last
 end) is what the kernel boundaries cost.
 
-    python3 tools/experiments/graph_profile.py ASSETS_DIR [fma|nofma] [--replays N]
+    python3 tools/experiments/graph_profile.py ASSETS_DIR [fma|nofma] [--replays N] [--first N]
 
-Prints, for each program: the span of a replay, its kernels' summed time, the gaps, and a table of
-kernel classes (count a replay, mean and total us a replay).
+Prints, for each program: the span of a replay, its kernels' summed time, the gaps, a table of
+kernels and of kernel classes (count a replay, mean and total us a replay), and the first N
+launches of a replay in order (the first layer's products apart: attn.c_proj and mlp.c_proj
+share a kernel name).
 """
 import argparse
 import re
@@ -85,7 +87,7 @@ def split_replays(ks, per_replay):
     return [ks[i:i + per_replay] for i in range(0, len(ks) - per_replay + 1, per_replay)]
 
 
-def report(label, ks, per_replay):
+def report(label, ks, per_replay, first=0):
     replays = split_replays(ks, per_replay)[1:]  # the first replay warms
     spans = [r[-1][1] - r[0][0] for r in replays]
     busy = [sum(e - s for s, e, _ in r) for r in replays]
@@ -107,6 +109,10 @@ def report(label, ks, per_replay):
     print(f"{'class':<60} {'a replay':>8} {'mean us':>8} {'us a replay':>12}")
     for label, (c, t) in sorted(classes.items(), key=lambda kv: -kv[1][1]):
         print(f"{label:<60} {c / n:8.1f} {t / c:8.2f} {t / n:12.1f}")
+    if first:  # launch by launch, in the graph's order: the kernels of one name apart (each product)
+        print(f"{'position':>8} {'kernel':<60} {'mean us':>8}")
+        for i in range(min(first, per_replay)):
+            print(f"{i:8d} {short(replays[0][i][2])[:60]:<60} {sum(r[i][1] - r[i][0] for r in replays) / n:8.2f}")
 
 
 def check_count(ks, replays):
@@ -132,6 +138,7 @@ def main(argv=None):
     p.add_argument("assets")
     p.add_argument("fp_model", nargs="?", default="fma")
     p.add_argument("--replays", type=int, default=21)
+    p.add_argument("--first", type=int, default=12, help="list the first N launches of a replay in order")
     args = p.parse_args(argv)
     import torch
 
@@ -151,7 +158,7 @@ def main(argv=None):
 
     ks = profiled(ours, args.replays)
     check_count(ks, args.replays)
-    report(f"tf_numba {args.fp_model}, recorded forward", ks, len(ks) // args.replays)
+    report(f"tf_numba {args.fp_model}, recorded forward", ks, len(ks) // args.replays, args.first)
     cuda.synchronize()
 
     model = bench_peers.load_model(assets_dir / "model.safetensors", cfg)
@@ -168,7 +175,7 @@ def main(argv=None):
         theirs()
     ks = profiled(theirs, args.replays)
     check_count(ks, args.replays)
-    report("torch.compile reduce-overhead, TF32 off, forward with softmax", ks, len(ks) // args.replays)
+    report("torch.compile reduce-overhead, TF32 off, forward with softmax", ks, len(ks) // args.replays, args.first)
     return 0
 
 
