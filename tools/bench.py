@@ -472,6 +472,7 @@ def main(argv=None):
     args = parsed(parse_args, argv, "bench")
     if args is None:
         return 2
+    made = args.out is not None and not args.out.exists()
     if args.out is not None:  # made before any entry runs: a file in the way fails now, in one line
         try:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -489,6 +490,9 @@ def main(argv=None):
         except BenchError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             status = 1
+    if made and not any(out_dir.iterdir()):  # nothing measured: leave no empty folder behind
+        out_dir.rmdir()
+        return status
     print(f"results in {out_dir}")
     return status
 

@@ -43,6 +43,12 @@ def test_earlier_results_are_kept(entries, tmp_path, capsys):
     assert "already holds bench_b_fine results; pass a new --out folder" in capsys.readouterr().err
 
 
+def test_a_run_that_measured_nothing_leaves_no_new_folder(entries, tmp_path, capsys):
+    assert bench.main(["a_broken", "--out", str(tmp_path / "new")]) == 1
+    assert not (tmp_path / "new").exists() and "results in" not in capsys.readouterr().out
+    assert bench.main(["a_broken", "--out", str(tmp_path)]) == 1 and tmp_path.is_dir()  # not one it did not make
+
+
 def one_line(capsys, argv, code, *words):
     assert bench.main(argv) == code
     err = capsys.readouterr().err
