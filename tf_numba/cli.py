@@ -21,6 +21,13 @@ class UsageError(Exception):
 
 
 class OneLineParser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing its usage, and takes flags only whole
+    (--valid is not --validate), as python -m microgpt_numba does."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         raise UsageError(f"{message} (see {PROG} --help)")
 

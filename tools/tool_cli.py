@@ -18,8 +18,12 @@ class UsageError(Exception):
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse that raises UsageError, one line naming --help, instead of printing its usage and
-    exiting; --help still prints and exits 0. Subparsers are of this class too (python -m
-    tf_numba's parser does the same)."""
+    exiting; --help still prints and exits 0. Flags are taken only whole (--out is not --o).
+    Subparsers are of this class too (python -m tf_numba's parser does the same)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)")

@@ -179,6 +179,8 @@ def test_too_many_tokens_for_the_model(capsys, tiny_assets):
 
 @pytest.mark.parametrize("argv, words", [
     (["--no-such-flag"], ["--no-such-flag"]),
+    (["--valid"], ["unrecognized arguments: --valid"]),  # flags whole only, as microgpt_numba takes them
+    (["--temp", "1"], ["unrecognized arguments: --temp"]),
     (["--validate", "--prompt", "Hello"], ["--prompt means nothing with --validate"]),
     (["--validate", "--tokens", "3"], ["--tokens means nothing with --validate"]),
     (["--validate", "--recompute"], ["--recompute means nothing with --validate"]),

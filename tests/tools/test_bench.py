@@ -73,6 +73,7 @@ def test_an_out_that_cannot_be_a_folder_is_one_line(entries, tmp_path, capsys):
     (["b_fine", "--engines", "turbo"], ["--engines", "invalid choice"]),
     (["b_fine", "--peers", "eager,bogus"], ["--peers", "bogus"]),
     (["b_fine", "--out", ""], ["--out", "empty"]),
+    (["b_fine", "--step", "3"], ["unrecognized arguments: --step"]),  # flags whole only
     (["b_fine", "--assets", ""], ["--assets", "empty"]),
 ])
 def test_usage_errors_are_one_line_exit_2(entries, tmp_path, capsys, monkeypatch, argv, words):
