@@ -144,7 +144,26 @@ def read_header(path):
             _check_tensor(path, name, entry, size - 8 - json_size)
         elif not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
             raise AssetError(f"{path}: __metadata__ must be an object of strings, got {excerpt(entry)}: {AGAIN}")
+    _check_layout(path, header, size - 8 - json_size)
     return header, raw
+
+
+def _check_layout(path, header, data_size):
+    """The format's rule on where tensors lie, which the safetensors library enforces naming one
+    tensor: taken by their offsets, each begins where the one before ends, and the last ends at
+    the end of the file."""
+    at, before = 0, None
+    for begin, end, name in sorted((*entry["data_offsets"], name) for name, entry in header.items()
+                                   if name != "__metadata__"):
+        if begin != at:
+            where = f"tensor {before!r} ends at byte {at} of the data" if before else "the data begins at byte 0"
+            what = "overlap" if begin < at else "leave a gap"
+            raise AssetError(f"{path}: tensor {name!r} begins at byte {begin} and {where}: tensors that {what} "
+                             f"are not a safetensors file: {AGAIN}")
+        at, before = end, name
+    if at != data_size:
+        raise AssetError(f"{path}: its tensors end at byte {at} of the data, which has {data_size} bytes: "
+                         f"bytes after the last tensor are not a safetensors file: {AGAIN}")
 
 
 def _n_heads(header, path, d_model):

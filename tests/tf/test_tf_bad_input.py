@@ -70,6 +70,38 @@ def test_header_not_json(capsys, bad):
     one_line_error(capsys, ["--assets", str(bad)], "not JSON")
 
 
+def shift_last_tensor(path, by):
+    """Moves the last tensor's data_offsets by `by` bytes (its data after them, padded with zeros),
+    leaving its length: (its name, the name of the tensor before it)."""
+    import json
+    import struct
+
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    order = sorted((e["data_offsets"][0], name) for name, e in header.items() if name != "__metadata__")
+    (begin, last), before = order[-1], order[-2][1]
+    end = header[last]["data_offsets"][1]
+    header[last]["data_offsets"] = [begin + by, end + by]
+    data = data[:begin] + bytes(max(by, 0)) + data[begin:] if by > 0 else data
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+    return last, before
+
+
+@pytest.mark.parametrize("by, what", [(-4, "overlap"), (4, "leave a gap")])
+def test_tensors_that_overlap_or_leave_a_gap(capsys, bad, by, what):
+    # the safetensors library refuses both, naming one tensor of the two
+    last, before = shift_last_tensor(bad / "model.safetensors", by)
+    one_line_error(capsys, ["--assets", str(bad)], repr(last), repr(before), what)
+
+
+def test_bytes_after_the_last_tensor(capsys, bad):
+    p = bad / "model.safetensors"
+    p.write_bytes(p.read_bytes() + bytes(4))
+    one_line_error(capsys, ["--assets", str(bad)], "bytes after the last tensor")
+
+
 def test_missing_tensor(capsys, bad):
     rewrite_model(bad / "model.safetensors", drop="h.1.mlp.c_proj.weight")
     one_line_error(capsys, ["--assets", str(bad)], "h.1.mlp.c_proj.weight")
