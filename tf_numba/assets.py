@@ -144,7 +144,6 @@ def read_header(path):
             _check_tensor(path, name, entry, size - 8 - json_size)
         elif not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
             raise AssetError(f"{path}: __metadata__ must be an object of strings, got {excerpt(entry)}: {AGAIN}")
-    _check_layout(path, header, size - 8 - json_size)
     return header, raw
 
 
@@ -218,10 +217,12 @@ def config_from_header(header, path) -> Config:
 
 def load_model(path):
     """(Config, {name: float32 array}) for every tensor tf.c uses, the header checked here
-    (read_header, config_from_header), the tensors read with the safetensors library."""
+    (read_header, config_from_header, _check_layout), the tensors read with the safetensors library."""
     from safetensors import SafetensorError, safe_open
 
-    cfg = config_from_header(read_header(path)[0], path)
+    header, raw = read_header(path)
+    cfg = config_from_header(header, path)
+    _check_layout(path, header, os.path.getsize(path) - 8 - len(raw))  # after what says more: a shape, a dtype
     try:
         with safe_open(str(path), framework="numpy") as f:
             tensors = {name: f.get_tensor(name) for name, _ in parameter_shapes(cfg)}
