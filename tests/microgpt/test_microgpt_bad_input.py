@@ -67,6 +67,9 @@ def tiny_input(tmp_path):
     (["--temperature", "inf"], ["argument --temperature", "'inf'"]),
     (["--temperature", "1e-50"], ["argument --temperature", "'1e-50'"]),  # 0 as a float, as the C's (float)atof
     (["--temperature", "warm"], ["argument --temperature", "'warm'"]),
+    (["--temperature", "1_0.5"], ["argument --temperature", "'1_0.5'"]),  # float() reads 10.5, atof 1.0
+    (["--temperature", "\u0660.\u0665"], ["argument --temperature"]),  # Arabic-Indic 0.5: atof reads 0
+    (["--temperature", "0x1p2000"], ["argument --temperature", "'0x1p2000'"]),
     (["--temperature", "1e-45"], ["argument --temperature", "1.0f / temperature overflows float32"]),
     (["--temperature", "2.9e-39"], ["argument --temperature", "at least 2.939e-39"]),
     (["--temperature", "1e40"], ["argument --temperature", "'1e40'"]),  # past float32: no numpy warning line
@@ -99,6 +102,8 @@ def test_counts_up_to_the_c_int_are_accepted():
     assert (opts.num_steps, opts.num_samples) == (INT_MAX, INT_MAX)
     opts = parse_options(["--steps", "+7", "--samples", "0", "--temperature", "2", "--steps", "1"])  # the last wins
     assert (opts.num_steps, opts.num_samples, opts.temperature) == (1, 0, np.float32(2.0))
+    for text, value in ((" 0x1.8p-1", 0.75), ("0X.8", 0.5), (".5e1", 5.0), ("3.", 3.0)):  # atof's forms
+        assert parse_options(["--temperature", text]).temperature == np.float32(value), text
     smallest = parse_options(["--temperature", repr(cli.MIN_TEMPERATURE)]).temperature  # 1/T is float32's largest
     assert np.isfinite(np.float32(1.0) / smallest) and smallest == np.float32(cli.MIN_TEMPERATURE)
 
