@@ -119,6 +119,19 @@ def _check_tensor(path, name, entry, data_size):
                   f"{excerpt(shape)} is {math.prod(shape) * 4}")
 
 
+class _Repeated(Exception):
+    """A JSON object of the header names a key twice (args[0])."""
+
+
+def _unique_names(pairs):
+    """json's object hook: the object, unless it names a key twice (json keeps the last)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen = set()
+        raise _Repeated(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
 def read_header(path):
     """(header dict, raw JSON bytes) of a safetensors file, every entry checked the way the
     format defines it: `__metadata__` an object of strings, each tensor's dtype, shape and
@@ -134,7 +147,10 @@ def read_header(path):
                              f"has {size} bytes: {AGAIN}")
         raw = f.read(json_size)
     try:
-        header = json.loads(raw)
+        header = json.loads(raw, object_pairs_hook=_unique_names)
+    except _Repeated as exc:
+        raise AssetError(f"{path}: the header names {exc.args[0]!r} twice; tf.c would read the first, the safetensors "
+                         f"library the last: {AGAIN}") from None
     except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deep for a header
         raise AssetError(f"{path}: the header is not JSON, so this is not a safetensors file: {AGAIN}") from None
     if not isinstance(header, dict):

@@ -5,6 +5,7 @@ failed check (a checkpoint that differs); 2 a usage error (a bad or meaningless 
 import argparse
 import math
 import os
+import re
 import sys
 
 from .assets import AssetError
@@ -32,6 +33,14 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {PROG} --help)")
 
 
+def integer(text):
+    """argparse type of an int option: ASCII digits only (Python's int() also takes '1_0' and
+    other scripts' digits, which no C program reads as a number)."""
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
+    return int(text)
+
+
 def parse_args(argv):
     p = OneLineParser(prog=PROG, description=(
         "GPT-2 on the GPU, ported from tf.c: greedy generation from assets/data (or --prompt), "
@@ -47,7 +56,7 @@ def parse_args(argv):
     p.add_argument("--bpe-file", metavar="PATH",
                    help="with --prompt: a GPT-2 .tiktoken ranks file, to encode the prompt offline "
                         "(without it tiktoken downloads GPT-2's encoding)")
-    p.add_argument("--tokens", type=int, metavar="N",
+    p.add_argument("--tokens", type=integer, metavar="N",
                    help=f"tokens to generate (default {GENERATE}, tf.c's; half the context for models of "
                         f"fewer than {2 * GENERATE} positions)")
     p.add_argument("--recompute", action="store_true",
@@ -56,8 +65,8 @@ def parse_args(argv):
     p.add_argument("--temperature", type=float, metavar="T",
                    help="sample instead of taking the most probable token: probabilities raised to 1/T "
                         "(default 0: greedy, tf.c's)")
-    p.add_argument("--top-k", type=int, metavar="K", help="with --temperature: sample among the K most probable")
-    p.add_argument("--seed", type=int, metavar="S", help="with --temperature: the sampler's seed (default 0)")
+    p.add_argument("--top-k", type=integer, metavar="K", help="with --temperature: sample among the K most probable")
+    p.add_argument("--seed", type=integer, metavar="S", help="with --temperature: the sampler's seed (default 0)")
     args = p.parse_args(argv)
     check_options(args)
     return args
@@ -80,6 +89,8 @@ def check_options(args):
         raise UsageError(f"{flag} means nothing with --validate, which runs tf.c's training step: drop it")
     if args.expected and not args.validate:
         raise UsageError("--expected means nothing without --validate: add --validate or drop --expected")
+    if args.prompt == "":
+        raise UsageError("--prompt is empty: give some text, or drop --prompt to start from assets/data")
     if args.prompt is not None and not utf8(args.prompt):
         raise UsageError("--prompt is not UTF-8 text (its bytes would be replaced by U+FFFD): pass the prompt in UTF-8")
     if args.bpe_file and args.prompt is None:
@@ -131,7 +142,7 @@ def validate(args, cfg, tensors, data):
         if args.fp_model == "nofma":
             raise UsageError("tf.c's constants come from its fma build: use --fp-model fma, or --expected "
                              "with a nofma oracle fixture")
-    check_step(cfg, data, T)
+    check_step(cfg, data, T, os.path.join(args.assets, "data"))
     m = TFModel(cfg, tensors, fp_model)
     print(f"tf_numba --validate: {cfg}, input size {T}, fp model {fp_model}", flush=True)
     say_compiling()
@@ -197,6 +208,9 @@ def main(argv=None):
             raise AssetError(STDOUT_CLOSED)
         quiet()
         check_gpu()
+        if os.path.exists(args.assets) and not os.path.isdir(args.assets):
+            raise AssetError(f"--assets {args.assets} is not a folder: give the folder that holds model.safetensors, "
+                             "enc and data")
         cfg, tensors = assets.load_model(os.path.join(args.assets, "model.safetensors"))
         enc = assets.load_enc(os.path.join(args.assets, "enc"), cfg.d_vocab)
         data = assets.load_data(os.path.join(args.assets, "data"), cfg.d_vocab)

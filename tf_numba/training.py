@@ -89,12 +89,12 @@ def training_step(m, T, validation=NO_VALIDATION):
     backward(m, T, validation)
 
 
-def check_step(cfg, tokens, T):
+def check_step(cfg, tokens, T, data_path="the data"):
     """What the training step needs of the data and the model, before anything runs."""
     if T > cfg.d_seq:
         raise AssetError(f"input size {T} is more than the model's d_seq {cfg.d_seq}")
     if len(tokens) < T + 1:
-        raise AssetError(f"--validate needs {T + 1} tokens of data, assets/data has {len(tokens)}: use a longer text")
+        raise AssetError(f"--validate needs {T + 1} tokens of data, {data_path} has {len(tokens)}: use a longer text")
 
 
 def run_step(m, tokens, T):

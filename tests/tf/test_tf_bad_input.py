@@ -96,6 +96,26 @@ def test_tensors_that_overlap_or_leave_a_gap(capsys, bad, by, what):
     one_line_error(capsys, ["--assets", str(bad)], repr(last), repr(before), what)
 
 
+def test_assets_that_is_a_file(capsys, bad):
+    one_line_error(capsys, ["--assets", str(bad / "model.safetensors")], "is not a folder", "--assets")
+
+
+def test_a_tensor_named_twice(capsys, bad):
+    # tf.c finds a name's first entry (strstr), json and the safetensors library keep the last:
+    # the first pointing at another tensor's bytes gave other tokens than tf.c, without a word
+    import json
+    import struct
+
+    p = bad / "model.safetensors"
+    raw = p.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    twice = json.dumps(header["ln_f.weight"])
+    text = raw[8:8 + n].decode().replace('{', '{"ln_f.bias":' + twice + ',', 1).encode()
+    p.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    one_line_error(capsys, ["--assets", str(bad)], "'ln_f.bias' twice")
+
+
 def test_bytes_after_the_last_tensor(capsys, bad):
     p = bad / "model.safetensors"
     p.write_bytes(p.read_bytes() + bytes(4))
@@ -159,7 +179,7 @@ def test_token_id_not_below_vocab(capsys, bad):
 def test_too_few_tokens_to_validate(capsys, bad):
     np.arange(5, dtype="<u2").tofile(bad / "data")
     one_line_error(capsys, ["--assets", str(bad), "--validate", "--expected",
-                            str(FIXTURES / "tf_oracle_tiny_fma.json")], "needs 9 tokens")
+                            str(FIXTURES / "tf_oracle_tiny_fma.json")], "needs 9 tokens", f"{bad / 'data'} has 5")
 
 
 def test_tf_c_constants_need_gpt2(capsys, tiny_assets):
@@ -225,6 +245,9 @@ def test_too_many_tokens_for_the_model(capsys, tiny_assets):
     (["--temperature", "1", "--top-k", "-2"], ["--top-k must be at least 1"]),
     (["--temperature", "1", "--seed", "-1"], ["--seed must be a non-negative integer"]),
     (["--temperature", "1", "--seed", "x"], ["--seed", "invalid int value"]),
+    (["--temperature", "1", "--seed", "1_2"], ["--seed", "invalid int value"]),  # int() takes both
+    (["--tokens", "\u0663"], ["--tokens", "invalid int value"]),  # an Arabic-Indic 3
+    (["--prompt", ""], ["--prompt is empty"]),
     (["--temperature", "-1"], ["--temperature must be a finite number >= 0"]),
     (["--temperature", "nan"], ["--temperature must be a finite number >= 0"]),
     (["--temperature", "inf"], ["--temperature must be a finite number >= 0"]),
