@@ -62,7 +62,7 @@ from microgpt_numba.arena import (KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Mod
 from microgpt_numba.constants import BLOCK_SIZE, N_EMBD, N_HEAD, N_LAYER  # noqa: E402
 from microgpt_numba.dataset import InputError, load_dataset, read_input, tokenize_doc, trained_positions  # noqa: E402
 from microgpt_numba.glibc_rand import GlibcRand  # noqa: E402
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, positive_int, unwritable  # noqa: E402
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, positive_int, same_paths, unwritable  # noqa: E402
 
 PROG = "microgpt_trace.py"
 MAGIC, VERSION = b"MGTRACE1", 1
@@ -1155,16 +1155,38 @@ def parse_args(argv):
     run_options(p, True)
     p.add_argument("--out", required=True, type=path_arg, help="folder for report.md and the JSON files (small)")
     p.add_argument("--work", type=path_arg, help="builds and traces (large; default: a new folder in /tmp)")
+    for p in sub.choices.values():
+        p.add_argument("--force", action="store_true", help="replace what --out holds (never an input)")
     return parser.parse_args(argv)
+
+
+def check_out(args):
+    """Refuse, before a run or a replay of minutes, an --out that cannot be written, that is one of
+    the command's inputs, or that holds a file (forensics: a folder with files) without --force."""
+    if args.out is None:
+        return
+    for name in ("seed", "input", "trace", "a", "b"):
+        given = getattr(args, name, None)
+        if given is not None and same_paths([given, args.out]):
+            raise UsageError(f"--out {args.out} is the {name} this reads: pick another --out")
+    if args.command == "forensics":
+        if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
+            raise UsageError(f"--out {args.out} is a folder that holds files: pass --force to write over them, "
+                             "or pick another --out")
+        return
+    problem = unwritable(args.out)
+    if problem:
+        raise UsageError(f"cannot write --out {args.out}: {problem}; pick another --out")
+    if args.out.exists() and not args.force:
+        raise UsageError(f"--out {args.out} exists: pass --force to replace it, or pick another --out")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
 
 
 def main(argv=None):
     try:
         args = parse_args(argv)
         result = None
-        problem = args.command != "forensics" and args.out is not None and unwritable(args.out)
-        if problem:  # before a run or a replay of minutes, not after it
-            raise UsageError(f"cannot write --out {args.out}: {problem}; pick another --out")
+        check_out(args)
         if args.command == "patch":
             args.out.write_text(patch(read_seed(args.seed), args.seed))
         elif args.command == "ours":
@@ -1188,8 +1210,13 @@ def main(argv=None):
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    except (RunError, OSError) as exc:
+    except RunError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a full disk, a folder removed meanwhile
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"{PROG}: error: cannot read or write{where} ({exc.strerror or exc}); check the path and the disk",
+              file=sys.stderr)
         return 1
     return 0
 

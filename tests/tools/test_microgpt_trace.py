@@ -6,6 +6,7 @@ input gives one line. The real comparison with microgpt.cu needs a GPU: the fore
 The simulator starts a thread per CUDA thread, so a step of two positions takes 7-15 s on two
 cores: the module traces one run of two steps, which the tests marked slow share.
 """
+import json
 import os
 import re
 import shutil
@@ -254,3 +255,34 @@ def test_out_paths_are_checked_first(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("microgpt_trace.py: error: ") for line in err), err
     assert "empty" in err[0] and "file is a file" in err[1] and "positive integer" in err[2]
+
+
+def test_out_never_replaces_an_input_and_a_file_only_with_force(tmp_path, capsys):
+    # each of these wrote over the file: a corpus with the patched .cu, an input with its own trace,
+    # a user's file with a report
+    bad = small_trace(tmp_path / "t.trace")
+    corpus = tmp_path / "names.txt"
+    corpus.write_bytes(b"a\nb\n")
+    keep = tmp_path / "keep.txt"
+    keep.write_text("keep")
+    assert mt.main(["ours", "--input", str(corpus), "--steps", "1", "--out", str(corpus), "--force"]) == 2
+    assert mt.main(["fit", str(bad), "--out", str(bad), "--force"]) == 2
+    assert mt.main(["compare", str(bad), str(bad), "--out", str(keep)]) == 2
+    assert mt.main(["patch", "--seed", str(SEED), "--out", str(keep)]) == 2
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "old.md").write_text("old")
+    assert mt.main(["forensics", "--seed", str(SEED), "--input", str(corpus), "--trace-steps", "0:1",
+                    "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 5 and all(line.startswith("microgpt_trace.py: error: --out ") for line in err), err
+    assert "the input this reads" in err[0] and "the trace this reads" in err[1], err
+    assert all("--force" in line for line in err[2:]), err
+    assert corpus.read_bytes() == b"a\nb\n" and keep.read_text() == "keep"
+
+
+def test_out_in_a_missing_folder_is_made(trace_path, tmp_path):
+    # unwritable() lets missing folders through, as the other tools make them; this one then
+    # failed on them after the work
+    out = tmp_path / "new" / "deeper" / "compare.json"
+    assert mt.main(["compare", str(trace_path), str(trace_path), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())
