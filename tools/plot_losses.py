@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, unwritable
+from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, same_paths, unwritable
 
 PROG = "plot_losses"
 STEP = re.compile(rb"step\s+(\d+) /\s+(\d+) \| loss (\S+)")
@@ -108,6 +108,12 @@ def import_pyplot():
     return plt
 
 
+def literal(text):
+    """text as matplotlib draws it as written: a pair of $ would start its math mode (and a
+    formula it cannot parse fails the whole picture)."""
+    return text.replace("$", r"\$")
+
+
 def draw(logs, out, force=False, title=None, smooth=1, labels=None):
     """Draws each log's curve into the PNG out. logs: paths; labels: their legend entries (default
     the file names). Refuses an existing out unless force."""
@@ -115,10 +121,12 @@ def draw(logs, out, force=False, title=None, smooth=1, labels=None):
     problem = unwritable(out)
     if problem:  # before the logs are read
         raise PlotError(f"cannot write {str(out)!r}: {problem}; give another -o")
+    if any(same_paths([p, out]) for p in logs):  # even with --force: the log would be lost
+        raise PlotError(f"{str(out)!r} is one of the logs to draw; give another -o")
     if out.exists() and not force:
         raise PlotError(f"{str(out)!r} exists; pass --force to replace it, or give another -o")
     curves = [read_log(p) for p in logs]
-    labels = labels or [Path(p).name for p in logs]
+    labels = [literal(label) for label in labels or [Path(p).name for p in logs]]
     plt = import_pyplot()
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     styles = ["-", "--", ":", "-."]
@@ -132,7 +140,7 @@ def draw(logs, out, force=False, title=None, smooth=1, labels=None):
             ax.plot(steps, losses, style, linewidth=1.0, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.set_title(title or "training loss")
+    ax.set_title(literal(title or "training loss"))
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()

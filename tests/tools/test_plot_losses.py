@@ -85,6 +85,24 @@ def test_force_replaces(tmp_path, csv_log):
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_never_replaces_a_log_it_draws(tmp_path, csv_log, capsys):
+    log = tmp_path / "in.csv"
+    log.write_bytes(csv_log.read_bytes())
+    assert plot_losses.main([str(log), "-o", str(log), "--force"]) == 1  # drew the PNG over its own log
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is one of the logs" in err
+    assert log.read_bytes() == csv_log.read_bytes()
+
+
+def test_dollars_in_a_title_or_a_file_name_are_drawn_as_written(tmp_path, csv_log, capsys):
+    pytest.importorskip("matplotlib")
+    log = tmp_path / "run$\\frac$.csv"  # matplotlib's math mode failed the picture with a traceback
+    log.write_bytes(csv_log.read_bytes())
+    out = tmp_path / "losses.png"
+    assert plot_losses.main([str(log), "-o", str(out), "--title", "$\\frac$ and $x^2$"]) == 0, capsys.readouterr().err
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_without_matplotlib_one_line(tmp_path, csv_log, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     assert plot_losses.main([str(csv_log), "-o", str(tmp_path / "x.png")]) == 1
