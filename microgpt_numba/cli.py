@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from cudakit.files import special_file
+from cudakit.options import INTEGER
 
 from .dataset import DEFAULT_CORPUS, InputError, shown_path
 
@@ -62,7 +63,7 @@ def _count(minimum):
     """An int option as microgpt.cu reads it, within what its int holds."""
     def parse(text):
         kind = f"must be an integer from {minimum} to {INT_MAX}"
-        if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+        if not INTEGER.fullmatch(text):
             raise argparse.ArgumentTypeError(f"{kind}, got {text!r}")
         value = int(text)
         if value < minimum:

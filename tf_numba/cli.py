@@ -5,8 +5,9 @@ failed check (a checkpoint that differs); 2 a usage error (a bad or meaningless 
 import argparse
 import math
 import os
-import re
 import sys
+
+from cudakit.options import integer
 
 from .assets import AssetError
 from .fp import FP_MODELS
@@ -31,14 +32,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see {PROG} --help)")
-
-
-def integer(text):
-    """argparse type of an int option: ASCII digits only (Python's int() also takes '1_0' and
-    other scripts' digits, which no C program reads as a number)."""
-    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}")
-    return int(text)
 
 
 def parse_args(argv):

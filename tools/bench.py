@@ -483,17 +483,18 @@ def main(argv=None):
     quiet()  # the ports' small grids are deliberate: no occupancy warnings in the logs
     out_dir = args.out or Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
     command = shlex.join([sys.executable, "tools/bench.py", *(argv if argv is not None else sys.argv[1:])])
-    status = 0
+    status, measured = 0, False
     for name in sorted(ENTRIES) if args.entry == "all" else [args.entry]:
         try:  # one entry failing still leaves the others' numbers
             run_entry(name, args, out_dir, command)
+            measured = True
         except BenchError as exc:
             print(f"bench: {exc}", file=sys.stderr)
             status = 1
     if made and not any(out_dir.iterdir()):  # nothing measured: leave no empty folder behind
         out_dir.rmdir()
-        return status
-    print(f"results in {out_dir}")
+    if measured:
+        print(f"results in {out_dir}")
     return status
 
 

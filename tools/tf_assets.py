@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tool_cli import OneLineParser, UsageError, not_a_file, parsed, path_arg, unwritable  # noqa: E402
+from tool_cli import OneLineParser, UsageError, integer, not_a_file, parsed, path_arg, unwritable  # noqa: E402
 from tf_numba.assets import AssetError, encode_prompt, gpt2_encoding  # noqa: E402
 from tf_numba.config import GPT2, INPUT_SIZE, TINY, Config  # noqa: E402
 
@@ -198,7 +198,8 @@ def write_synthetic(out_dir, cfg: Config, n_tokens: int = INPUT_SIZE + 1, *, bpe
     check_config(cfg, n_tokens)
     check_size(cfg, n_tokens)
     if bpe_file is not None and cfg.d_vocab != GPT2.d_vocab:
-        raise ToolError(f"--bpe-file gives GPT-2's {GPT2.d_vocab}-token enc, but vocab is {cfg.d_vocab}; drop --bpe-file")
+        raise UsageError(f"--bpe-file gives GPT-2's {GPT2.d_vocab}-token enc, but vocab is {cfg.d_vocab}; "
+                         "drop --bpe-file")
     tokens = gpt2_enc_tokens(gpt2_encoding(bpe_file)) if bpe_file is not None else synthetic_enc_tokens(cfg.d_vocab)
     shapes = tensor_shapes(cfg)
     metadata = {"format": "pt", "n_head": str(cfg.n_heads), "made_by": synth_command(cfg, n_tokens, bpe_file is not None)}
@@ -406,8 +407,8 @@ def parse_args(argv):
                        help="sizes to start from (default: %(default)s; tiny is V=96 S=32 D=64 H=4 L=2)")
     for flag, field in [("--vocab", "d_vocab"), ("--seq", "d_seq"), ("--d-model", "d_model"),
                         ("--heads", "n_heads"), ("--layers", "n_layers")]:
-        synth.add_argument(flag, type=int, dest=field, help=f"override the preset's {field}")
-    synth.add_argument("--tokens", type=int, default=INPUT_SIZE + 1,
+        synth.add_argument(flag, type=integer, dest=field, help=f"override the preset's {field}")
+    synth.add_argument("--tokens", type=integer, default=INPUT_SIZE + 1,
                        help="data tokens (default: %(default)s, tf.c's training step)")
     synth.add_argument("--bpe-file", type=path_arg, help="use GPT-2's enc from this gpt2.tiktoken file (vocab 50257 only)")
     synth.add_argument("--out", required=True, type=path_arg, help="folder for model.safetensors, enc, data")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's packages, installed or not
 from cudakit.files import special_file  # noqa: E402
+from cudakit.options import integer  # noqa: E402
 
 
 class UsageError(Exception):
@@ -50,8 +51,8 @@ def path_arg(text):
 def positive_int(text):
     """argparse type of a count that must be at least 1."""
     try:
-        value = int(text)
-    except ValueError:
+        value = integer(text)
+    except argparse.ArgumentTypeError:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")

@@ -151,7 +151,9 @@ def test_never_overwrites_without_force(tmp_path):
 
 @pytest.mark.parametrize("sizes,words", [(("--heads", "3"), "multiple of heads"), (("--vocab", "0"), "at least 1"),
                                          (("--layers", "-1"), "at least 1"), (("--vocab", "65537"), "uint16"),
-                                         (("--tokens", "0"), "--tokens 0")])
+                                         (("--tokens", "0"), "--tokens 0"),
+                                         (("--bpe-file", "gpt2.tiktoken"), "drop --bpe-file"),  # it exited 1
+                                         (("--vocab", "1_6"), "invalid int value")])  # int() read 16
 def test_bad_sizes_are_usage_errors(tmp_path, sizes, words):
     """Sizes tf.c cannot take are a bad option: one line, exit 2 (the tool's docstring), nothing written."""
     done = run_tool("synth", "--preset", "tiny", *sizes, "--out", str(tmp_path))

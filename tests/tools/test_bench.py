@@ -47,6 +47,7 @@ def test_a_run_that_measured_nothing_leaves_no_new_folder(entries, tmp_path, cap
     assert bench.main(["a_broken", "--out", str(tmp_path / "new")]) == 1
     assert not (tmp_path / "new").exists() and "results in" not in capsys.readouterr().out
     assert bench.main(["a_broken", "--out", str(tmp_path)]) == 1 and tmp_path.is_dir()  # not one it did not make
+    assert "results in" not in capsys.readouterr().out  # it said so of the folder it had not written in
 
 
 def one_line(capsys, argv, code, *words):
