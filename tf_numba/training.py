@@ -1,6 +1,7 @@
 """`--validate`: tf.c's training step on the first input_size + 1 tokens, every checkpoint
 compared with an expected sum (tf.c's constants, or an oracle fixture)."""
 import json
+import re
 
 import numpy as np
 
@@ -25,6 +26,9 @@ def tf_c_expected(cfg: Config):
             f"with an oracle fixture made from these weights (tools/tf_oracle.py)"
         )
     return INPUT_SIZE, "fma", [(l, n, s) for (l, n), s in zip(checkpoints(cfg, INPUT_SIZE), TF_C_SUMS)]
+
+
+HEX_FLOAT = re.compile(r"-?0x[0-9a-f](\.[0-9a-f]+)?p[+-][0-9]+")  # a finite double, as %a prints it
 
 
 def fixture_expected(path, cfg: Config):
@@ -75,10 +79,12 @@ def fixture_expected(path, cfg: Config):
             raise bad(f"{where} is {got[0]!r} of {got[1]} elements, but tf.c's is {label!r} of {count} "
                       f"for this configuration and input size")
         text = field(entry, "sum", f"{where}.sum", lambda v: isinstance(v, str), "a hex float string")
-        try:
+        try:  # float.fromhex also reads '1e5000' as 0x1e5000, and nan
+            if not HEX_FLOAT.fullmatch(text):
+                raise ValueError(text)
             sums.append((label, count, float.fromhex(text)))
         except (ValueError, OverflowError):
-            raise bad(f"{where}.sum must be a hex float (C's %a), got {excerpt(text)}") from None
+            raise bad(f"{where}.sum must be a finite hex float as C's %a prints it, got {excerpt(text)}") from None
     return T, fp_model, sums
 
 

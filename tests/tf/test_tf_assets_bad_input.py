@@ -426,8 +426,11 @@ BAD_FIXTURES = [
                                                       "but tf.c's is 'forward.h0.ln_1' of 512"),
     ("count-string", checkpoint_set(0, "count", "512"), 'checkpoints[0].count must be an integer, got "512"'),
     ("sum-missing", lambda f: f["checkpoints"][5].pop("sum"), "checkpoints[5].sum is missing"),
-    ("sum-not-hex", checkpoint_set(5, "sum", "zz"), 'checkpoints[5].sum must be a hex float (C\'s %a), got "zz"'),
-    ("sum-overflows", checkpoint_set(5, "sum", "0x1p99999"), "checkpoints[5].sum must be a hex float"),
+    ("sum-not-hex", checkpoint_set(5, "sum", "zz"), 'checkpoints[5].sum must be a finite hex float as C\'s %a prints it, got "zz"'),
+    ("sum-overflows", checkpoint_set(5, "sum", "0x1p99999"), "checkpoints[5].sum must be a finite hex float"),
+    ("sum-decimal", checkpoint_set(5, "sum", "1e5000"), "checkpoints[5].sum must be a finite hex float"),  # read as 0x1e5000
+    ("sum-nan", checkpoint_set(5, "sum", "nan"), "checkpoints[5].sum must be a finite hex float"),
+    ("sum-inf", checkpoint_set(5, "sum", "-inf"), "checkpoints[5].sum must be a finite hex float"),
     ("sum-a-number", checkpoint_set(5, "sum", 1.5), "checkpoints[5].sum must be a hex float string, got 1.5"),
 ]
 
