@@ -83,6 +83,10 @@ def read_log(path):
         steps, losses = parse_stdout(data)
     if not steps:
         raise PlotError(f"{str(path)!r} holds no losses: neither a --loss-log CSV nor 'step N / M | loss L' lines")
+    back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
+    if back is not None:  # two runs in one file would be drawn as one zig-zag curve
+        raise PlotError(f"{str(path)!r} goes back from step {steps[back - 1]} to step {steps[back]}: it holds more "
+                        "than one run; give each run's log on its own")
     return steps, losses
 
 

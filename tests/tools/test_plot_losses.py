@@ -103,6 +103,15 @@ def test_dollars_in_a_title_or_a_file_name_are_drawn_as_written(tmp_path, csv_lo
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_two_runs_in_one_log_are_refused(tmp_path, csv_log, stdout_log, capsys):
+    for log, data in (("twice.csv", csv_log.read_bytes() + csv_log.read_bytes().split(b"\n", 1)[1]),
+                      ("twice.log", stdout_log.read_bytes() * 2)):
+        (tmp_path / log).write_bytes(data)
+        assert plot_losses.main([str(tmp_path / log), "-o", str(tmp_path / "x.png")]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "goes back from step" in err and "more than one run" in err, err
+
+
 def test_without_matplotlib_one_line(tmp_path, csv_log, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     assert plot_losses.main([str(csv_log), "-o", str(tmp_path / "x.png")]) == 1
