@@ -29,6 +29,8 @@ Trace file, little-endian (the C writes it with fwrite, numpy reads it):
                 snapshot plus the outputs give every state of the step.
     0 END
 fit's byte alignments are 4 * offset mod 16 and 128 (cudaMalloc'd arena bases are 256-byte aligned).
+--out never names one of the command's inputs, and replaces a file (forensics: writes into a
+folder that holds files) only with --force; missing folders above it are made.
 Errors: one line `microgpt_trace.py: error: ...`; exit 2 for bad arguments or input files, 1 for a
 failed build, run or engine.
 """
