@@ -5,7 +5,7 @@ operand a pass streams from memory (a weight, or the weight gradient written) cy
 copies past the L2, as in a pass; each shape class gets its own candidates. With --row it times
 the one-row kernel (build_row: generation's decode step) under candidate row tiles.
 
-    python3 tools/tf_matmul_sweep.py [--row] [--fp-model fma|nofma] [--l2-resident] [--out FILE.json]
+    python3 tools/tf_matmul_sweep.py [--row] [--fp-model fma|nofma] [--l2-resident] [--out FILE.json [--force]]
 
 --l2-resident keeps one copy of the streamed operand, which stays in the L2 from launch to launch:
 what a product would take with its weights read into the L2 ahead of it.
@@ -316,6 +316,7 @@ def main(argv=None):
     ap.add_argument("--l2-resident", action="store_true",
                     help="one copy of the streamed operand (a weight), left in the L2 between launches")
     ap.add_argument("--out", type=path_arg, help="write the table as JSON here")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out")
     ap.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1,
                     help="processes compiling the tiled kernels side by side (default: one a core)")
     ap.add_argument("--kinds", type=kind_list, help="only these kinds, comma-separated (default: all)")
@@ -325,7 +326,8 @@ def main(argv=None):
     args = parsed(ap.parse_args, argv, "tf_matmul_sweep")
     if args is None:
         return 2
-    problem = args.out and unwritable(args.out)
+    problem = args.out and (unwritable(args.out) or (args.out.exists() and not args.force and "it exists (pass "
+                                                                "--force to replace it)"))
     if problem:  # before the sweep, not after it
         print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
         return 1

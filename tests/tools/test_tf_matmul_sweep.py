@@ -22,6 +22,7 @@ def sweep(*args):
     (["--fp-model", "fast"], 2, "invalid choice"),
     (["--out", "{tmp}/file/sweep.json"], 1, "file is a file"),  # a traceback after the whole sweep
     (["--out", "{tmp}"], 1, "it is a folder"),
+    (["--out", "{tmp}/file"], 1, "pass --force"),  # written over after the sweep
     (["--kinds", "tf_fc,tf_bogus"], 2, "unknown kind 'tf_bogus'"),
     (["--jobs", "0"], 2, "must be a positive integer"),
     (["--tiles", "2x2/4x8"], 2, "bad tile '2x2/4x8'"),  # a label short of its fields
