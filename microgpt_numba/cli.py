@@ -8,13 +8,12 @@ number), as argparse does; 1 bad data (an input file that cannot be read or hold
 import argparse
 import math
 import os
-import re
 import sys
 
 import numpy as np
 
 from cudakit.files import special_file
-from cudakit.options import INTEGER
+from cudakit.options import INTEGER, c_float
 
 from .dataset import DEFAULT_CORPUS, InputError, shown_path
 
@@ -77,22 +76,14 @@ def _count(minimum):
 MIN_TEMPERATURE = float(np.nextafter(np.float32(1.0) / np.finfo(np.float32).max, np.float32(1.0)))
 
 
-# what atof reads as a whole number: decimal, hexadecimal (0x1.8p0), inf or nan; Python's float()
-# also takes '1_0.5' and other scripts' digits, which atof reads as something else
-C_FLOAT = re.compile(r"\s*[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
-                     r"([pP][+-]?\d+)?|inf(inity)?|nan)\s*", re.IGNORECASE | re.ASCII)
-
-
 def _temperature(text):
-    value = None
-    if C_FLOAT.fullmatch(text):
-        try:
-            number = float.fromhex(text) if "x" in text.lower() else float(text)
-        except OverflowError:  # a hexadecimal number past double's range
-            number = math.inf
-        with np.errstate(over="ignore"):  # past float32's range is refused below, without numpy's warning
-            value = np.float32(number)
-    if value is None or not np.isfinite(value) or value <= 0:
+    try:
+        number = c_float(text)  # as microgpt.cu's atof reads it
+    except ValueError:
+        number = math.nan
+    with np.errstate(over="ignore"):  # past float32's range is refused below, without numpy's warning
+        value = np.float32(number)
+    if not np.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     with np.errstate(over="ignore"):
         if not np.isfinite(np.float32(1.0) / value):  # microgpt.cu's softmax scale, 1.0f / temperature

@@ -119,16 +119,17 @@ def _check_tensor(path, name, entry, data_size):
                   f"{excerpt(shape)} is {math.prod(shape) * 4}")
 
 
-class _Repeated(Exception):
-    """A JSON object of the header names a key twice (args[0])."""
+class _Object(dict):
+    """A JSON object of a header, with the first name it gives twice, if any (json keeps the
+    last)."""
+    repeated = None
 
 
-def _unique_names(pairs):
-    """json's object hook: the object, unless it names a key twice (json keeps the last)."""
-    obj = dict(pairs)
+def _object(pairs):
+    obj = _Object(pairs)
     if len(obj) < len(pairs):
         seen = set()
-        raise _Repeated(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        obj.repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
     return obj
 
 
@@ -147,14 +148,17 @@ def read_header(path):
                              f"has {size} bytes: {AGAIN}")
         raw = f.read(json_size)
     try:
-        header = json.loads(raw, object_pairs_hook=_unique_names)
-    except _Repeated as exc:
-        raise AssetError(f"{path}: the header names {exc.args[0]!r} twice; tf.c would read the first, the safetensors "
-                         f"library the last: {AGAIN}") from None
+        header = json.loads(raw, object_pairs_hook=_object)
     except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deep for a header
         raise AssetError(f"{path}: the header is not JSON, so this is not a safetensors file: {AGAIN}") from None
     if not isinstance(header, dict):
         raise AssetError(f"{path}: the header is not a JSON object, so this is not a safetensors file: {AGAIN}")
+    if header.repeated is not None:
+        raise AssetError(f"{path}: the header names {header.repeated!r} twice; tf.c would read the first, the "
+                         f"safetensors library the last: {AGAIN}")
+    for name, entry in header.items():
+        if isinstance(entry, _Object) and entry.repeated is not None:
+            raise AssetError(f"{path}: {name!r} gives {entry.repeated!r} twice: {AGAIN}")
     for name, entry in header.items():
         if name != "__metadata__":
             _check_tensor(path, name, entry, size - 8 - json_size)

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from cudakit.options import integer
+from cudakit.options import integer, number
 
 from .assets import AssetError
 from .fp import FP_MODELS
@@ -55,7 +55,7 @@ def parse_args(argv):
     p.add_argument("--recompute", action="store_true",
                    help="recompute the whole forward pass for every token, as tf.c does (the default keeps "
                         "every row in the activations and computes only the new one: the same tokens)")
-    p.add_argument("--temperature", type=float, metavar="T",
+    p.add_argument("--temperature", type=number, metavar="T",
                    help="sample instead of taking the most probable token: probabilities raised to 1/T "
                         "(default 0: greedy, tf.c's)")
     p.add_argument("--top-k", type=integer, metavar="K", help="with --temperature: sample among the K most probable")

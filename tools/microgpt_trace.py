@@ -1013,9 +1013,14 @@ def build(pairs):
     return {"commands": [" ".join(cmd) for cmd in cmds]}
 
 
+FORENSICS_FILES = ("compare.json", "replay.json", "fit.json", "forensics.json", "report.md")  # what forensics writes
+
+
 def forensics(seed, input_path, steps, traced, out, work):
     """Each stage's failure goes into the report, and the stages that do not need its output still run."""
     out.mkdir(parents=True, exist_ok=True)
+    for name in FORENSICS_FILES:  # an earlier run's, which a stage failing now would leave beside this report
+        (out / name).unlink(missing_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     c_trace, ours_trace, patched = work / "c.trace", work / "ours.trace", work / "microgpt_trace.cu"
     report = {"command": " ".join([PROG, *sys.argv[1:]]), "seed": str(seed), "input": str(input_path), "steps": steps,

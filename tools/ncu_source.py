@@ -13,7 +13,7 @@ Exit status: 0 printed; 1 a CSV that cannot be read or holds no SASS rows; 2 a u
 import sys
 
 from ncu_summary import csv_lines
-from tool_cli import OneLineParser, parsed, path_arg
+from tool_cli import OneLineParser, integer, parsed, path_arg
 
 HOW = "run ncu with --section SourceCounters --page source --csv --print-source sass for one launch"
 COLUMNS = ("Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed")
@@ -65,7 +65,7 @@ def stretches(rows):
 def main(argv=None):
     ap = OneLineParser(prog="ncu_source.py", description=__doc__.splitlines()[0])
     ap.add_argument("csv", type=path_arg)
-    ap.add_argument("--top", type=int, default=20, help="instructions with the most samples to list")
+    ap.add_argument("--top", type=integer, default=20, help="instructions with the most samples to list")
     args = parsed(ap.parse_args, argv, "ncu_source")
     if args is None:
         return 2

@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, same_paths, unwritable
+from tool_cli import OneLineParser, UsageError, integer, not_a_file, path_arg, same_paths, unwritable
 
 PROG = "plot_losses"
 STEP = re.compile(rb"step\s+(\d+) /\s+(\d+) \| loss (\S+)")
@@ -168,7 +168,7 @@ def main(argv=None):
                    help="the picture to write (never replaced without --force)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--title", help="the picture's title (default: training loss)")
-    p.add_argument("--smooth", type=int, default=1, metavar="N",
+    p.add_argument("--smooth", type=integer, default=1, metavar="N",
                    help="draw a running mean over N steps over the raw curve (default: 1, raw only)")
     try:
         try:

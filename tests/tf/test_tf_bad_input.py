@@ -114,6 +114,9 @@ def test_a_tensor_named_twice(capsys, bad):
     text = raw[8:8 + n].decode().replace('{', '{"ln_f.bias":' + twice + ',', 1).encode()
     p.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
     one_line_error(capsys, ["--assets", str(bad)], "'ln_f.bias' twice")
+    text = raw[8:8 + n].replace(b'"dtype"', b'"dtype":"F16","dtype"', 1)  # a field twice: F16 or F32?
+    p.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    one_line_error(capsys, ["--assets", str(bad)], "gives 'dtype' twice")
 
 
 def test_bytes_after_the_last_tensor(capsys, bad):
