@@ -15,7 +15,7 @@
 - `sharedmem`: dynamic shared memory past 48 KiB, and how much this GPU lets a block opt in to;
 - `arrays`: where a device array lives (its address and byte range);
 - `files`: whether an input path is a FIFO or a device (which a read would wait on, or never end);
-- `options`: integers on a command line in ASCII digits, as the C programs read them;
+- `options`: numbers on a command line, read as the C programs read them (ASCII digits, atof's forms);
 - `simulator`: a fix for a race in Numba's CUDA simulator, installed when `devmath` (which every
   kernel module imports) is imported with the simulator on.
 
