@@ -159,7 +159,6 @@ def read_header(path):
     for name, entry in header.items():
         if isinstance(entry, _Object) and entry.repeated is not None:
             raise AssetError(f"{path}: {name!r} gives {entry.repeated!r} twice: {AGAIN}")
-    for name, entry in header.items():
         if name != "__metadata__":
             _check_tensor(path, name, entry, size - 8 - json_size)
         elif not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
