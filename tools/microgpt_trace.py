@@ -31,8 +31,9 @@ Trace file, little-endian (the C writes it with fwrite, numpy reads it):
 fit's byte alignments are 4 * offset mod 16 and 128 (cudaMalloc'd arena bases are 256-byte aligned).
 --out never names one of the command's inputs, and replaces a file (forensics: writes into a
 folder that holds files) only with --force; missing folders above it are made.
-Errors: one line `microgpt_trace.py: error: ...`; exit 2 for bad arguments or input files, 1 for a
-failed build, run or engine.
+Errors: one line `microgpt_trace.py: error: ...`; exit 2 for a usage error (an unknown, malformed
+or meaningless option), 1 for a bad input file, an --out it may not write, or a failed build, run
+or engine.
 """
 import argparse
 import json
@@ -106,6 +107,11 @@ class RunError(Exception):
     """A build, a program or an engine failed: exit 1."""
 
 
+class DataError(Exception):
+    """A bad input file (trace, seed, corpus), or an --out that would replace a file or cannot be
+    written: exit 1, as the README's rule for every tool has it."""
+
+
 class Spec(NamedTuple):
     ptrs: tuple
     extents: tuple
@@ -167,24 +173,24 @@ class Trace:
         self.path, self.pos = Path(path), 0
         kind = not_a_file(self.path)
         if kind:  # mmap needs a regular file; a FIFO would block the open
-            raise UsageError(f"cannot read trace {path}: it is {kind}; pass a file written by --trace or `ours`")
+            raise DataError(f"cannot read trace {path}: it is {kind}; pass a file written by --trace or `ours`")
         try:
             with open(self.path, "rb") as f:
                 self.buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.path.stat().st_size else b""
         except OSError as exc:
-            raise UsageError(f"cannot read trace {path} ({exc.strerror}); pass a file written by --trace or `ours`")
+            raise DataError(f"cannot read trace {path} ({exc.strerror}); pass a file written by --trace or `ours`")
         if self._take(8) != MAGIC:
-            raise UsageError(f"{path} is not a microgpt trace (no {MAGIC.decode()} magic); pass a file written by "
+            raise DataError(f"{path} is not a microgpt trace (no {MAGIC.decode()} magic); pass a file written by "
                              "--trace or `ours`")
         version, self.vocab_size, self.num_steps, *counts = self._unpack("iiiqqq")
         if version != VERSION:
-            raise UsageError(f"{path} is trace version {version}, this tool reads {VERSION}; write it again")
+            raise DataError(f"{path} is trace version {version}, this tool reads {VERSION}; write it again")
         self.counts = tuple(counts)
         self.states, self.snapshots, self.ops = {}, {}, {}
         self._records()
 
     def _fail(self, what):
-        raise UsageError(f"{self.path} is truncated or corrupt ({what} at byte {self.pos}); "
+        raise DataError(f"{self.path} is truncated or corrupt ({what} at byte {self.pos}); "
                          "rerun the program that wrote it")
 
     def _take(self, size):
@@ -295,7 +301,7 @@ class Layout:
         for field, count in scratch_fields(trace.vocab_size):
             add(2, field, count)
         if tuple(ends) != trace.counts:
-            raise UsageError(f"{trace.path}'s arenas hold {trace.counts} floats, microgpt_numba.arena's layout "
+            raise DataError(f"{trace.path}'s arenas hold {trace.counts} floats, microgpt_numba.arena's layout "
                              f"{tuple(ends)}; the trace is from another model")
         self.starts = [[f[0] for f in fields] for fields in self.fields]
 
@@ -472,7 +478,7 @@ def c_params(source, fn, spec, seed):
     parsed = [re.fullmatch(r"(?:const )?(float|int) (\*?)(\w+)", p) for p in params]
     kinds = [tuple(m[3] for m in parsed if m and ("ptr" if m[2] else m[1]) == kind) for kind in ("ptr", "int", "float")]
     if None in parsed or kinds != [spec.ptrs, spec.ints, spec.floats]:
-        raise UsageError(f"{seed} does not look like microgpt.cu: {fn} takes ({', '.join(params)}), expected "
+        raise DataError(f"{seed} does not look like microgpt.cu: {fn} takes ({', '.join(params)}), expected "
                          f"pointers {spec.ptrs}, ints {spec.ints}, floats {spec.floats}; pass the seed to --seed")
     return params
 
@@ -495,7 +501,7 @@ def patch(source, seed="microgpt.cu"):
     def checked(pattern, replacement, times, text):
         text, n = re.subn(pattern, replacement, text)
         if n != times:
-            raise UsageError(f"{seed} does not look like microgpt.cu: /{pattern}/ matched {n} times, expected "
+            raise DataError(f"{seed} does not look like microgpt.cu: /{pattern}/ matched {n} times, expected "
                              f"{times}; pass the seed microgpt.cu to --seed")
         return text
 
@@ -530,11 +536,11 @@ def c_function(name):
 def read_seed(path):
     kind = not_a_file(path)
     if kind:  # a FIFO would block the read, a device never end it
-        raise UsageError(f"cannot read the seed {path}: it is {kind}; pass microgpt.cu to --seed")
+        raise DataError(f"cannot read the seed {path}: it is {kind}; pass microgpt.cu to --seed")
     try:
         return Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read the seed {path} ({getattr(exc, 'strerror', exc)}); pass microgpt.cu to --seed")
+        raise DataError(f"cannot read the seed {path} ({getattr(exc, 'strerror', exc)}); pass microgpt.cu to --seed")
 
 
 # ---- ours: the reference engine's trace
@@ -649,7 +655,7 @@ def run_ours(input_path, num_steps, traced, out_path):
     try:
         dataset = load_dataset(read_input(input_path), gen)
     except InputError as exc:
-        raise UsageError(str(exc)) from None
+        raise DataError(str(exc)) from None
     v = dataset.vocab_size
     arenas = [FloatArena(param_storage_count(v)), FloatArena(train_cache_storage_count(v)),
               FloatArena(scratch_storage_count(v))]
@@ -939,7 +945,7 @@ def fit_summary(classes):
 
 def compare(a, b):
     if (a.vocab_size, a.counts) != (b.vocab_size, b.counts):
-        raise UsageError(f"{a.path} and {b.path} are traces of different models (vocab {a.vocab_size} vs "
+        raise DataError(f"{a.path} and {b.path} are traces of different models (vocab {a.vocab_size} vs "
                          f"{b.vocab_size}, arenas {a.counts} vs {b.counts}); compare runs on the same input")
     layout = Layout(a)
     steps = sorted(set(a.states) & set(b.states))
@@ -1175,17 +1181,17 @@ def check_out(args):
     for name in ("seed", "input", "trace", "a", "b"):
         given = getattr(args, name, None)
         if given is not None and same_paths([given, args.out]):
-            raise UsageError(f"--out {args.out} is the {name} this reads: pick another --out")
+            raise DataError(f"--out {args.out} is the {name} this reads: pick another --out")
     if args.command == "forensics":
         if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
-            raise UsageError(f"--out {args.out} is a folder that holds files: pass --force to write over them, "
+            raise DataError(f"--out {args.out} is a folder that holds files: pass --force to write over them, "
                              "or pick another --out")
         return
     problem = unwritable(args.out)
     if problem:
-        raise UsageError(f"cannot write --out {args.out}: {problem}; pick another --out")
+        raise DataError(f"cannot write --out {args.out}: {problem}; pick another --out")
     if args.out.exists() and not args.force:
-        raise UsageError(f"--out {args.out} exists: pass --force to replace it, or pick another --out")
+        raise DataError(f"--out {args.out} exists: pass --force to replace it, or pick another --out")
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
 
@@ -1217,7 +1223,7 @@ def main(argv=None):
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    except RunError as exc:
+    except (DataError, RunError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # a full disk, a folder removed meanwhile

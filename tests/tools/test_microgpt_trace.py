@@ -201,29 +201,33 @@ def compile_or_skip(source, tmp_path):
 def test_patch_refuses_a_seed_that_changed(seed, tmp_path, capsys):
     other = tmp_path / "other.cu"
     other.write_text(seed.replace("float *y, int rows, int cols)", "float *y, int cols, int rows)"))
-    assert mt.main(["patch", "--seed", str(other), "--out", str(tmp_path / "x.cu")]) == 2
+    assert mt.main(["patch", "--seed", str(other), "--out", str(tmp_path / "x.cu")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "launch_matvec takes" in err
 
 
-@pytest.mark.parametrize("case", ["truncated", "magic", "missing trace", "missing seed", "steps"])
-def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, capsys):
+@pytest.mark.parametrize("case", ["truncated", "magic", "missing trace", "missing seed", "empty corpus", "steps"])
+def test_bad_input_gives_one_line_and_exit_1_or_2(case, tmp_path, capsys):
+    # a bad file is bad data (1), a bad option a usage error (2): the README's rule for every tool
     bad = tmp_path / "bad.trace"
     writer = mt.TraceWriter(bad, 3, 1, (4, 2, 1))
     writer.state(0, np.float32(1.5), np.zeros(4, dtype=np.float32))
     writer.close()
+    bad.with_name("empty.txt").write_bytes(b"\n\n")
     if case == "truncated":
         bad.write_bytes(bad.read_bytes()[:-6])
     elif case == "magic":
         bad.write_bytes(b"MGTRACE0" + bad.read_bytes()[8:])
     argv = {"missing seed": ["patch", "--seed", str(tmp_path / "nope.cu"), "--out", str(tmp_path / "x.cu")],
             "missing trace": ["replay", str(tmp_path / "nope.trace")],
+            "empty corpus": ["ours", "--input", str(bad.with_name("empty.txt")), "--out", str(tmp_path / "o.trace")],
             "steps": ["ours", "--input", "x", "--trace-steps", "3:1", "--out", str(bad)]}.get(case, ["fit", str(bad)])
-    assert mt.main(argv) == 2
+    assert mt.main(argv) == (2 if case == "steps" else 1)
     err = capsys.readouterr().err
     assert err.startswith("microgpt_trace.py: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert {"truncated": "truncated", "magic": "not a microgpt trace", "missing trace": "cannot read trace",
-            "missing seed": "cannot read the seed", "steps": "A:B"}[case] in err
+            "missing seed": "cannot read the seed", "empty corpus": "no non-empty line", "steps": "A:B"}[case] in err
+    assert not (tmp_path / "o.trace").exists()
 
 
 def small_trace(path):
@@ -241,7 +245,7 @@ def test_a_fifo_or_a_device_is_refused(tmp_path):
                        (["patch", "--seed", str(tmp_path / "fifo"), "--out", str(tmp_path / "x.cu")], "a FIFO")):
         done = subprocess.run([sys.executable, str(ROOT / "tools" / "microgpt_trace.py"), *argv], capture_output=True,
                               text=True, timeout=60)
-        assert done.returncode == 2 and done.stderr.count("\n") == 1 and kind in done.stderr, done.stderr
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and kind in done.stderr, done.stderr
     assert not (tmp_path / "x.cu").exists()
 
 
@@ -250,7 +254,7 @@ def test_out_paths_are_checked_first(tmp_path, capsys):
     (tmp_path / "file").write_text("user file")
     # Path('') is the current folder; a file above --out failed only after the work, with exit 1.
     assert mt.main(["fit", str(bad), "--out", ""]) == 2
-    assert mt.main(["fit", str(bad), "--out", str(tmp_path / "file" / "fit.json")]) == 2
+    assert mt.main(["fit", str(bad), "--out", str(tmp_path / "file" / "fit.json")]) == 1
     assert mt.main(["ours", "--input", str(tmp_path / "none.txt"), "--steps", "0", "--out", str(bad)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("microgpt_trace.py: error: ") for line in err), err
@@ -265,14 +269,14 @@ def test_out_never_replaces_an_input_and_a_file_only_with_force(tmp_path, capsys
     corpus.write_bytes(b"a\nb\n")
     keep = tmp_path / "keep.txt"
     keep.write_text("keep")
-    assert mt.main(["ours", "--input", str(corpus), "--steps", "1", "--out", str(corpus), "--force"]) == 2
-    assert mt.main(["fit", str(bad), "--out", str(bad), "--force"]) == 2
-    assert mt.main(["compare", str(bad), str(bad), "--out", str(keep)]) == 2
-    assert mt.main(["patch", "--seed", str(SEED), "--out", str(keep)]) == 2
+    assert mt.main(["ours", "--input", str(corpus), "--steps", "1", "--out", str(corpus), "--force"]) == 1
+    assert mt.main(["fit", str(bad), "--out", str(bad), "--force"]) == 1
+    assert mt.main(["compare", str(bad), str(bad), "--out", str(keep)]) == 1
+    assert mt.main(["patch", "--seed", str(SEED), "--out", str(keep)]) == 1
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "old.md").write_text("old")
     assert mt.main(["forensics", "--seed", str(SEED), "--input", str(corpus), "--trace-steps", "0:1",
-                    "--out", str(tmp_path / "report")]) == 2
+                    "--out", str(tmp_path / "report")]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 5 and all(line.startswith("microgpt_trace.py: error: --out ") for line in err), err
     assert "the input this reads" in err[0] and "the trace this reads" in err[1], err
