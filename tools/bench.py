@@ -478,7 +478,8 @@ def main(argv=None):
             args.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             what = "it is a file, not a folder" if args.out.exists() else exc.strerror or exc
-            print(f"bench: cannot make the --out folder {args.out} ({what}); pick another --out", file=sys.stderr)
+            print(f"bench: error: cannot make the --out folder {args.out} ({what}); pick another --out",
+                  file=sys.stderr)
             return 1
     quiet()  # the ports' small grids are deliberate: no occupancy warnings in the logs
     out_dir = args.out or Path(tempfile.mkdtemp(prefix=f"bench_{args.entry}_"))
@@ -489,7 +490,7 @@ def main(argv=None):
             run_entry(name, args, out_dir, command)
             measured = True
         except BenchError as exc:
-            print(f"bench: {exc}", file=sys.stderr)
+            print(f"bench: error: {exc}", file=sys.stderr)
             status = 1
     if made and not any(out_dir.iterdir()):  # nothing measured: leave no empty folder behind
         out_dir.rmdir()

@@ -1073,7 +1073,12 @@ def forensics(seed, input_path, steps, traced, out, work):
     stage("fit", ["run_c"], lambda: fit(Trace(c_trace)), "fit.json")
     (out / "forensics.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(render(report, results))
-    return 0 if all(s["ok"] for s in report["stages"].values()) else 1
+    failed = [name for name, s in report["stages"].items() if "error" in s]
+    if failed:  # exit 1 says so in a line, as every error does; the report holds the rest
+        print(f"{PROG}: error: forensics: stage {', '.join(failed)} failed ({report['stages'][failed[0]]['error']}); "
+              f"see {out / 'report.md'}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def render(report, results):

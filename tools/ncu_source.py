@@ -10,6 +10,7 @@ executed, then the instructions with the most samples.
 
 Exit status: 0 printed; 1 a CSV that cannot be read or holds no SASS rows; 2 a usage error.
 """
+import argparse
 import sys
 
 from ncu_summary import csv_lines
@@ -28,7 +29,7 @@ def read(path):
     lines = csv_lines(path, "ncu_source", HOW)
     at = next((i for i, line in enumerate(lines) if all(c in line for c in COLUMNS)), None)
     if at is None:
-        raise SystemExit(f"ncu_source: {path} holds no SASS rows; {HOW}")
+        raise SystemExit(f"ncu_source: error: {path} holds no SASS rows; {HOW}")
     column = [lines[at].index(c) for c in COLUMNS]
     rows = []
     for line in lines[at + 1:]:
@@ -38,10 +39,10 @@ def read(path):
         try:
             rows.append((address, sass.strip(), count(samples), count(executed)))
         except ValueError:
-            raise SystemExit(f"ncu_source: {path}: {address}: counts {samples!r}, {executed!r} are not numbers; "
+            raise SystemExit(f"ncu_source: error: {path}: {address}: counts {samples!r}, {executed!r} are not numbers; "
                              f"{HOW}") from None
     if not rows:
-        raise SystemExit(f"ncu_source: {path} holds no SASS rows; {HOW}")
+        raise SystemExit(f"ncu_source: error: {path} holds no SASS rows; {HOW}")
     return rows
 
 
@@ -62,10 +63,18 @@ def stretches(rows):
     return out
 
 
+def top_count(text):
+    """argparse type of --top: 0 or more (a negative count listed nothing and exited 0)."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
 def main(argv=None):
     ap = OneLineParser(prog="ncu_source.py", description=__doc__.splitlines()[0])
     ap.add_argument("csv", type=path_arg)
-    ap.add_argument("--top", type=integer, default=20, help="instructions with the most samples to list")
+    ap.add_argument("--top", type=top_count, default=20, help="instructions with the most samples to list")
     args = parsed(ap.parse_args, argv, "ncu_source")
     if args is None:
         return 2
@@ -76,7 +85,7 @@ def main(argv=None):
     for first, last, s, e, n, end in stretches(rows):
         print(f"{first:>14}-{last:<14} {s / samples:8.1%} {e / executed:9.1%} {n:5d}  {end}")
     print("most sampled:")
-    for address, sass, s, e in sorted(rows, key=lambda r: -r[2])[:max(args.top, 0)]:
+    for address, sass, s, e in sorted(rows, key=lambda r: -r[2])[:args.top]:
         print(f"{address:>14} {s / samples:6.1%} executed {e:>9}  {sass}")
     return 0
 

@@ -36,29 +36,32 @@ def csv_lines(path, prog, how):
     a file that cannot be one exits with a line that says `how` to make it."""
     kind = not_a_file(path)
     if kind:  # a FIFO would block the read, a device never end it
-        raise SystemExit(f"{prog}: {path} is {kind}, not a file; {how}")
+        raise SystemExit(f"{prog}: error: {path} is {kind}, not a file; {how}")
     try:
         with open(path, newline="") as f:
             return list(csv.reader([line for line in f if line.startswith('"')]))
     except OSError as exc:
-        raise SystemExit(f"{prog}: cannot read {path} ({exc.strerror}); {how}")
+        raise SystemExit(f"{prog}: error: cannot read {path} ({exc.strerror}); {how}")
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise SystemExit(f"{prog}: {path} is not ncu's CSV ({exc}); {how}")
+        raise SystemExit(f"{prog}: error: {path} is not ncu's CSV ({exc}); {how}")
 
 
 def read(path):
     lines = csv_lines(path, "ncu_summary", "run ncu with --csv --log-file")
     rows = [dict(zip(lines[0], line)) for line in lines[1:]] if lines else []
     if not rows or not all(column in rows[0] for column in COLUMNS):
-        raise SystemExit(f"ncu_summary: {path} holds no ncu CSV metric rows; run ncu with --csv --log-file")
+        raise SystemExit(f"ncu_summary: error: {path} holds no ncu CSV metric rows; run ncu with --csv --log-file")
     times = []
     for r in rows:
         if r.get("Metric Name") == "gpu__time_duration.sum":
             try:
                 times.append((short_name(r.get("Kernel Name", "")), float(r.get("Metric Value", "").replace(",", ""))))
             except ValueError:
-                raise SystemExit(f"ncu_summary: {path}: metric value {r.get('Metric Value', '')!r} is not a number; "
-                                 "run ncu with --print-units base") from None
+                raise SystemExit(f"ncu_summary: error: {path}: metric value {r.get('Metric Value', '')!r} is not a "
+                                 "number; run ncu with --print-units base") from None
+    if not times:  # other metrics only: an empty table that exits 0 would pass for a run without kernels
+        raise SystemExit(f"ncu_summary: error: {path} holds no gpu__time_duration.sum rows; run ncu with --metrics "
+                         "gpu__time_duration.sum --csv --log-file")
     return times
 
 

@@ -149,6 +149,7 @@ def draw(logs, out, force=False, title=None, smooth=1, labels=None):
     ax.legend()
     fig.tight_layout()
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # unwritable() let missing folders through: make them
         with open(out, "wb" if force else "xb") as f:
             fig.savefig(f, format="png")
     except FileExistsError:

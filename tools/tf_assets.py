@@ -265,8 +265,8 @@ def download(out_dir, url=GPT2_URL, force=False) -> None:
     """Fetch GPT-2 124M's model.safetensors and keep it only if its size is tf.c's."""
     try:
         request = urllib.request.Request(url)
-    except ValueError as exc:  # no scheme: urllib's "unknown url type"
-        raise ToolError(f"--url {url!r} is not a URL ({exc}); pass an https:// or file:// address") from None
+    except ValueError as exc:  # no scheme: urllib's "unknown url type"; a malformed option, as an empty path is
+        raise UsageError(f"--url {url!r} is not a URL ({exc}); pass an https:// or file:// address") from None
     if request.type == "file":
         local = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
         kind = not_a_file(local)

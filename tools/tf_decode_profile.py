@@ -6,15 +6,16 @@ one generation call of --tokens tokens runs between cudaProfilerStart and cudaPr
         --print-units base --log-file decode.csv python3 tools/tf_decode_profile.py --assets A
     python3 tools/ncu_summary.py decode.csv
 
-Exit status: 0 done; 1 assets that cannot be read; 2 a usage error.
+Exit status: 0 done; 1 assets that cannot be read, or no GPU; 2 a usage error.
 """
 import sys
 
 from tool_cli import OneLineParser, parsed, path_arg, positive_int
 
-from tf_numba import assets  # noqa: E402  (tool_cli put the checkout on sys.path)
+from cudakit.gpu import unavailable_reason  # noqa: E402  (tool_cli put the checkout on sys.path)
+from tf_numba import assets  # noqa: E402
 from tf_numba.fp import FP_MODELS
-from tf_numba.generate import generate
+from tf_numba.generate import generate, prompt_size
 from tf_numba.model import TFModel
 
 
@@ -33,10 +34,19 @@ def main(argv=None):
     except assets.AssetError as exc:
         print(f"tf_decode_profile: error: {exc}", file=sys.stderr)
         return 1
+    if args.tokens >= cfg.d_seq:  # else a traceback from the token buffer, as for a prompt past d_seq
+        print(f"tf_decode_profile: error: --tokens {args.tokens}: the model holds {cfg.d_seq} tokens, so pick 1 to "
+              f"{cfg.d_seq - 1} (see tf_decode_profile.py --help)", file=sys.stderr)
+        return 2
+    reason = unavailable_reason()
+    if reason is not None:  # else Numba's traceback of many lines at the first launch
+        print(f"tf_decode_profile: error: {reason}; run it on a machine with an NVIDIA GPU and driver",
+              file=sys.stderr)
+        return 1
     from numba import cuda
 
     m = TFModel(cfg, tensors, args.fp_model)
-    prompt = [int(t) for t in data[:64]]
+    prompt = [int(t) for t in data[:prompt_size(len(data), cfg.d_seq, args.tokens)]]  # python -m tf_numba's
     for _ in range(2):  # compiles, then records the graphs
         generate(m, prompt, args.tokens)
     cuda.profile_start()

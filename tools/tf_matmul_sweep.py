@@ -10,7 +10,7 @@ the one-row kernel (build_row: generation's decode step) under candidate row til
 --l2-resident keeps one copy of the streamed operand, which stays in the L2 from launch to launch:
 what a product would take with its weights read into the L2 ahead of it.
 
-Exit status: 0 done; 1 a tile that gives other bits, or an --out that cannot be written; 2 a usage error.
+Exit status: 0 done; 1 a tile that gives other bits, an --out that cannot be written, or no GPU; 2 a usage error.
 """
 import argparse
 import json
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from numba import cuda  # noqa: E402
 
 from cudakit import sharedmem  # noqa: E402
-from cudakit.gpu import quiet  # noqa: E402
+from cudakit.gpu import quiet, unavailable_reason  # noqa: E402
 from cudakit.sharedmem import opt_in  # noqa: E402
 from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
@@ -49,7 +49,10 @@ def _tile(label):
     """A tile from its label TMxTN/RTxCT/BK/ST, with /q for the quad lane layout."""
     parts = label.split("/")
     (tm, tn), (rt, ct) = (map(int, parts[i].split("x")) for i in (0, 1))
-    return M.Tile(tm, tn, rt, ct, int(parts[2]), int(parts[3]), parts[4:] == ["q"])
+    tile = M.Tile(tm, tn, rt, ct, int(parts[2]), int(parts[3]), parts[4:] == ["q"])
+    if min(tile[:6]) < 1:  # 0x0/0x0/0/0 parsed, and only failed on the GPU
+        raise ValueError(label)
+    return tile
 
 
 CANDIDATES = {"wide": M.WIDE, "mid": M.MID, "unembed": M.UNEMBED, "unembed_nofma": M.UNEMBED_NOFMA, "t_wide": M.T_WIDE,
@@ -180,7 +183,7 @@ def sweep_rows(fused, resident=False):
             if bits is None:
                 bits = got
             elif not np.array_equal(got.view(np.uint32), bits.view(np.uint32)):
-                raise SystemExit(f"tf_matmul_sweep: {kind} 1x{cols}x{S}: row tile {label} gives other bits")
+                raise SystemExit(f"tf_matmul_sweep: error: {kind} 1x{cols}x{S}: row tile {label} gives other bits")
         best = min(times, key=times.get)
         chosen_label = f"{chosen.BN}/{chosen.KC}/{chosen.NT}"
         total_chosen += per_step * times[chosen_label]
@@ -290,10 +293,11 @@ def sweep_tiles(fused, jobs, kinds=None, tiles=None, resident=False):
             if i == index and us is None:
                 print(f"  {kind} {rows}x{cols}x{S} {label}: failed: {error}", flush=True)
         if chosen[index] not in times:
-            raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: the chosen tile {chosen[index]} failed")
+            raise SystemExit(f"tf_matmul_sweep: error: {kind} {rows}x{cols}x{S}: the chosen tile {chosen[index]} "
+                             "failed")
         other = [label for label, d in digests.items() if d != digests[chosen[index]]]
         if other:
-            raise SystemExit(f"tf_matmul_sweep: {kind} {rows}x{cols}x{S}: tile {other[0]} gives other bits")
+            raise SystemExit(f"tf_matmul_sweep: error: {kind} {rows}x{cols}x{S}: tile {other[0]} gives other bits")
         best = min(times, key=times.get)
         total_chosen += per_step * times[chosen[index]]
         total_best += per_step * times[best]
@@ -330,6 +334,11 @@ def main(argv=None):
                                                                 "--force to replace it)"))
     if problem:  # before the sweep, not after it
         print(f"tf_matmul_sweep: error: cannot write --out {args.out}: {problem}; pick another --out", file=sys.stderr)
+        return 1
+    reason = unavailable_reason(simulator_ok=False)
+    if reason is not None:  # else every tile "failed", and the chosen one's failure was the one line
+        print(f"tf_matmul_sweep: error: {reason}; the sweep times kernels, so run it on a machine with a CUDA GPU",
+              file=sys.stderr)
         return 1
     quiet()
     fused = is_fused(args.fp_model)

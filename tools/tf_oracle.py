@@ -262,9 +262,15 @@ def main(argv=None):
         return 2
     command = shlex.join(["python", "tools/tf_oracle.py", *(sys.argv[1:] if argv is None else argv)])
     try:
+        inputs = [("--tf-c", args.tf_c)] + [(f"assets' {name}", args.assets / name) for name in
+                                             ("model.safetensors", "enc", "data") if args.assets is not None]
         for option, path in (("--out", args.out), ("--generate-out", args.generate_out)):
-            if path is not None:  # before the minutes of building and running tf.c
-                check_out(path.parent, [path.name], args.force, option=option)
+            if path is None:
+                continue
+            for name, given in inputs:  # --force wrote the JSON over the seed tf.c it had read
+                if same_paths([given, path]):
+                    raise ToolError(f"{option} {path} is the {name} this reads: pick another {option}")
+            check_out(path.parent, [path.name], args.force, option=option)  # before minutes of clang and tf.c
         if args.seed_constants:
             write_json(args.out, seed_constants_record(args.tf_c, command), args.force)
             return 0

@@ -192,7 +192,9 @@ def test_failed_download_removes_only_what_it_made(tmp_path):
 
 
 def test_url_that_is_not_a_url(tmp_path):
-    one_line(run_tool("download", "--out", str(tmp_path / "a"), "--url", "notaurl"), 1, "notaurl", "not a URL")
+    # a malformed or empty option is a usage error (2); it exited 1, as for a failed download
+    one_line(run_tool("download", "--out", str(tmp_path / "a"), "--url", "notaurl"), 2, "notaurl", "not a URL")
+    one_line(run_tool("download", "--out", str(tmp_path / "a"), "--url", ""), 2, "not a URL")
     assert not (tmp_path / "a").exists()
 
 

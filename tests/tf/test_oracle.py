@@ -148,6 +148,21 @@ def test_every_output_is_checked_before_any_work(tiny_assets, tmp_path, capsys):
     assert not (tmp_path / "o.json").exists() and (tmp_path / "file").read_text() == "user file"
 
 
+def test_an_output_is_never_an_input(tiny_assets, tmp_path, capsys):
+    # --seed-constants --force wrote its JSON over the seed tf.c it had just read
+    tf_c = tmp_path / "tf.c"
+    tf_c.write_text("/* the seed */")
+    shutil.copytree(tiny_assets, tmp_path / "assets")
+    one_line_error(capsys, 1, ["--tf-c", str(tf_c), "--seed-constants", "--out", str(tf_c), "--force"],
+                   "--out", "the --tf-c this reads")
+    one_line_error(capsys, 1, ["--tf-c", str(tf_c), "--assets", str(tmp_path / "assets"),
+                               "--out", str(tmp_path / "o.json"), "--generate", "4",
+                               "--generate-out", str(tmp_path / "assets" / "data"), "--force"],
+                   "--generate-out", "the assets' data this reads")
+    assert tf_c.read_text() == "/* the seed */" and not (tmp_path / "o.json").exists()
+    assert (tmp_path / "assets" / "data").read_bytes() == (tiny_assets / "data").read_bytes()
+
+
 def test_empty_paths_and_counts_are_usage_errors(tiny_assets, tmp_path, capsys):
     good = ["--tf-c", "x.c", "--assets", str(tiny_assets)]
     one_line_error(capsys, 2, good + ["--out", ""], "--out", "empty")  # Path('') is the current folder

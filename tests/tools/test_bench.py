@@ -33,7 +33,7 @@ def test_all_runs_every_entry_and_reports_a_failure(entries, tmp_path, capsys):
     assert "| table |" in (tmp_path / "bench_b_fine.md").read_text()
     assert not (tmp_path / "bench_a_broken.json").exists()
     err = capsys.readouterr().err
-    assert err == "bench: nvcc is not on PATH; run on a machine with the CUDA toolkit\n"
+    assert err == "bench: error: nvcc is not on PATH; run on a machine with the CUDA toolkit\n"
 
 
 def test_earlier_results_are_kept(entries, tmp_path, capsys):
@@ -53,7 +53,8 @@ def test_a_run_that_measured_nothing_leaves_no_new_folder(entries, tmp_path, cap
 def one_line(capsys, argv, code, *words):
     assert bench.main(argv) == code
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("bench: ") and "Traceback" not in err, err
+    # every error is `bench: error: ...`: bad data and a failed entry had no `error:`
+    assert err.count("\n") == 1 and err.startswith("bench: error: ") and "Traceback" not in err, err
     for word in words:
         assert word in err, err
 
@@ -115,13 +116,14 @@ def test_llmc_without_the_peers_folder_is_skipped_with_a_reason(tmp_path):
 def test_tf_with_missing_assets_is_one_line(tmp_path, capsys):
     """The real tf entry: in the simulator (CI) it stops at the GPU check, on a GPU at the missing
     assets. Either way one line and exit 1."""
-    one_line(capsys, ["tf", "--out", str(tmp_path / "out"), "--assets", str(tmp_path / "missing")], 1, "bench: tf: ")
+    one_line(capsys, ["tf", "--out", str(tmp_path / "out"), "--assets", str(tmp_path / "missing")], 1,
+             "bench: error: tf: ")
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="on a GPU the bench would write and time GPT-2")
 def test_tf_without_a_gpu_writes_nothing(tmp_path, capsys):
     """Without a GPU the tf entry stops before it writes 500 MB of synthetic weights into --out."""
-    one_line(capsys, ["tf", "--out", str(tmp_path / "out")], 1, "bench: tf: ", "CUDA GPU")
+    one_line(capsys, ["tf", "--out", str(tmp_path / "out")], 1, "bench: error: tf: ", "CUDA GPU")
     assert not (tmp_path / "out" / "assets").exists()
 
 

@@ -290,3 +290,18 @@ def test_out_in_a_missing_folder_is_made(trace_path, tmp_path):
     out = tmp_path / "new" / "deeper" / "compare.json"
     assert mt.main(["compare", str(trace_path), str(trace_path), "--out", str(out)]) == 0
     assert json.loads(out.read_text())
+
+
+def test_failed_forensics_says_so_in_one_line(seed, tmp_path, capsys, monkeypatch):
+    # it exited 1 with nothing on stderr: only report.md told that the build and our run had failed
+    def fail(*args):
+        raise mt.RunError("no CUDA GPU or driver found")
+
+    monkeypatch.setattr(mt, "build", fail)
+    monkeypatch.setattr(mt, "run_ours", fail)
+    (tmp_path / "names.txt").write_bytes(b"a\nb\n")
+    assert mt.main(["forensics", "--seed", str(SEED), "--input", str(tmp_path / "names.txt"), "--trace-steps", "0:1",
+                    "--out", str(tmp_path / "report"), "--work", str(tmp_path / "work")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("microgpt_trace.py: error: forensics: stage build, ours failed") and err.count("\n") == 1
+    assert "no CUDA GPU" in err and "report.md" in err and (tmp_path / "report" / "report.md").is_file()

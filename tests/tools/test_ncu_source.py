@@ -45,7 +45,7 @@ def test_splits_at_barriers_and_exits(tmp_path):
 
 
 def one_line(done, code, *words):
-    one_line_failure(done, code, "ncu_source: ", *words)
+    one_line_failure(done, code, "ncu_source: error: ", *words)  # bad data had no `error:`
 
 
 def test_bad_inputs_are_one_line(tmp_path):
@@ -66,3 +66,4 @@ def test_bad_inputs_are_one_line(tmp_path):
 def test_usage_errors_are_one_line_exit_2():
     one_line(source(), 2, "ncu_source: error: ", "csv")
     one_line(source("a.csv", "--top", "x"), 2, "--top")
+    one_line(source("a.csv", "--top", "-1"), 2, "--top", "0 or more")  # listed nothing, exit 0

@@ -46,7 +46,7 @@ def summary(*args):
 
 
 def one_line(done, code, *words):
-    one_line_failure(done, code, "ncu_summary: ", *words)
+    one_line_failure(done, code, "ncu_summary: error: ", *words)  # bad data had no `error:`
 
 
 def test_a_fifo_or_a_device_is_refused(tmp_path):
@@ -62,6 +62,9 @@ def test_bad_csvs_are_one_line(tmp_path):
         "field.csv": ((HEADER + "\n" + row(0, "k" * 200_000, "1") + "\n").encode(), "field limit"),
         "value.csv": ((HEADER + "\n" + row(0, "tf_ln", "n/a") + "\n").encode(), "'n/a' is not a number"),
         "columns.csv": (b'"ID","Metric Value"\n"0","1"\n', "no ncu CSV metric rows"),
+        # rows of other metrics: an empty table, exit 0
+        "metric.csv": ((HEADER + "\n" + row(0, "tf_ln", "1").replace("gpu__time_duration.sum", "sm__cycles_elapsed.avg")
+                        + "\n").encode(), "no gpu__time_duration.sum rows"),
     }
     for name, (content, words) in cases.items():
         (tmp_path / name).write_bytes(content)

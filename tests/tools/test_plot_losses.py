@@ -184,3 +184,11 @@ def test_paths_are_checked_before_the_logs_are_read(tmp_path, csv_log, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("plot_losses: error: ") for line in err)
     assert "empty" in err[0] and "file is a file" in err[1]
+
+
+def test_an_out_in_a_missing_folder_is_made(tmp_path, csv_log):
+    # unwritable() lets missing folders through, as the tools make them; this one failed on them after drawing
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "new" / "deeper" / "losses.png"
+    assert plot_losses.main([str(csv_log), "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"

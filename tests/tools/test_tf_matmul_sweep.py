@@ -27,6 +27,8 @@ def sweep(*args):
     (["--jobs", "0"], 2, "must be a positive integer"),
     (["--tiles", "2x2/4x8"], 2, "bad tile '2x2/4x8'"),  # a label short of its fields
     (["--tiles", "t_wide,2x2/4x8/64/four/q"], 2, "bad tile '2x2/4x8/64/four/q'"),
+    (["--tiles", "0x2/4x8/64/4"], 2, "bad tile '0x2/4x8/64/4'"),  # a tile of no rows: the sweep ran
+    (["--kinds", "tf_fc"], 1, "the sweep times kernels"),  # the simulator ran it for minutes; no GPU: "t_wide failed"
 ])
 def test_bad_options_are_one_line_before_the_sweep(tmp_path, args, code, words):
     (tmp_path / "file").write_text("user file")
