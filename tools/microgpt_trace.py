@@ -663,7 +663,7 @@ def run_ours(input_path, num_steps, traced, out_path):
     doc_tokens = [tokenize_doc(dataset, doc) for doc in dataset.docs[:num_steps]]
     token_lists = [doc_tokens[step % len(doc_tokens)] for step in range(num_steps)]
     sv, graphs, table = StepValues(), StepGraphs(num_steps), StepTable(token_lists, num_steps)
-    writer = TraceWriter(out_path, v, num_steps, [a.count for a in arenas])
+    writer = TraceWriter(made(out_path), v, num_steps, [a.count for a in arenas])
     recorder = Recorder(writer, arenas)
     with recording(recorder):
         for step, tokens in enumerate(token_lists):
@@ -1197,7 +1197,13 @@ def check_out(args):
         raise DataError(f"cannot write --out {args.out}: {problem}; pick another --out")
     if args.out.exists() and not args.force:
         raise DataError(f"--out {args.out} exists: pass --force to replace it, or pick another --out")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+
+def made(path):
+    """path, its missing folders made: only once there is something to write, so that a run
+    failing on its inputs leaves no empty folders behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def main(argv=None):
@@ -1206,7 +1212,8 @@ def main(argv=None):
         result = None
         check_out(args)
         if args.command == "patch":
-            args.out.write_text(patch(read_seed(args.seed), args.seed))
+            text = patch(read_seed(args.seed), args.seed)
+            made(args.out).write_text(text)
         elif args.command == "ours":
             run_ours(args.input, args.steps, args.trace_steps, args.out)
         elif args.command == "forensics":
@@ -1224,7 +1231,7 @@ def main(argv=None):
             if args.out is None:
                 sys.stdout.write(text)
             else:
-                args.out.write_text(text)
+                made(args.out).write_text(text)
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

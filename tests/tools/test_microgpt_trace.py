@@ -220,14 +220,14 @@ def test_bad_input_gives_one_line_and_exit_1_or_2(case, tmp_path, capsys):
         bad.write_bytes(b"MGTRACE0" + bad.read_bytes()[8:])
     argv = {"missing seed": ["patch", "--seed", str(tmp_path / "nope.cu"), "--out", str(tmp_path / "x.cu")],
             "missing trace": ["replay", str(tmp_path / "nope.trace")],
-            "empty corpus": ["ours", "--input", str(bad.with_name("empty.txt")), "--out", str(tmp_path / "o.trace")],
+            "empty corpus": ["ours", "--input", str(bad.with_name("empty.txt")), "--out", str(tmp_path / "new" / "o")],
             "steps": ["ours", "--input", "x", "--trace-steps", "3:1", "--out", str(bad)]}.get(case, ["fit", str(bad)])
     assert mt.main(argv) == (2 if case == "steps" else 1)
     err = capsys.readouterr().err
     assert err.startswith("microgpt_trace.py: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert {"truncated": "truncated", "magic": "not a microgpt trace", "missing trace": "cannot read trace",
             "missing seed": "cannot read the seed", "empty corpus": "no non-empty line", "steps": "A:B"}[case] in err
-    assert not (tmp_path / "o.trace").exists()
+    assert not (tmp_path / "new").exists()  # --out's folders are made only to write into
 
 
 def small_trace(path):
