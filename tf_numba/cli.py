@@ -11,7 +11,7 @@ from cudakit.options import integer, number
 
 from .assets import AssetError
 from .fp import FP_MODELS
-from .generate import GENERATE, default_tokens, prompt_size
+from .generate import GENERATE, default_tokens, prompt_size, tokens_problem
 
 PROG = "python -m tf_numba"
 # Options of generation, which mean nothing to --validate (tf.c's training step).
@@ -156,8 +156,8 @@ def generate_text(args, cfg, tensors, data, enc):
         raise AssetError(f"the model's context holds {cfg.d_seq} token (wpe has {cfg.d_seq} row), which the prompt "
                          f"takes: nothing is left to generate; use a model with a longer context")
     n = default_tokens(cfg.d_seq) if args.tokens is None else args.tokens
-    if n >= cfg.d_seq:
-        raise UsageError(f"--tokens {n}: the model holds {cfg.d_seq} tokens, so pick 1 to {cfg.d_seq - 1}")
+    if tokens_problem(n, cfg.d_seq):
+        raise UsageError(tokens_problem(n, cfg.d_seq))
     if args.top_k is not None and args.top_k > cfg.d_vocab:
         raise UsageError(f"--top-k {args.top_k} is more than the vocabulary's {cfg.d_vocab} tokens")
     if args.prompt is not None:

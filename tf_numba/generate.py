@@ -38,6 +38,14 @@ def prompt_size(data_token_count, d_seq, n_tokens):
     return min(data_token_count, PROMPT_MAX, d_seq - n_tokens)
 
 
+def tokens_problem(n_tokens, d_seq):
+    """Why n_tokens cannot follow a prompt of at least one token in d_seq, as a --tokens option's
+    error; None when they fit."""
+    if n_tokens >= d_seq:
+        return f"--tokens {n_tokens}: the model holds {d_seq} tokens, so pick 1 to {d_seq - 1}"
+    return None
+
+
 def default_tokens(d_seq):
     """tf.c's 128, or half the context of a model too small to hold 128 after a prompt."""
     return min(GENERATE, d_seq // 2)

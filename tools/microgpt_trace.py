@@ -65,7 +65,8 @@ from microgpt_numba.arena import (KV_FIELDS, LAYER_CACHE_FIELDS, FloatArena, Mod
 from microgpt_numba.constants import BLOCK_SIZE, N_EMBD, N_HEAD, N_LAYER  # noqa: E402
 from microgpt_numba.dataset import InputError, load_dataset, read_input, tokenize_doc, trained_positions  # noqa: E402
 from microgpt_numba.glibc_rand import GlibcRand  # noqa: E402
-from tool_cli import OneLineParser, UsageError, not_a_file, path_arg, positive_int, same_paths, unwritable  # noqa: E402
+from tool_cli import (OneLineParser, UsageError, made, not_a_file, path_arg, positive_int, same_paths,  # noqa: E402
+                      unwritable)
 
 PROG = "microgpt_trace.py"
 MAGIC, VERSION = b"MGTRACE1", 1
@@ -1197,13 +1198,6 @@ def check_out(args):
         raise DataError(f"cannot write --out {args.out}: {problem}; pick another --out")
     if args.out.exists() and not args.force:
         raise DataError(f"--out {args.out} exists: pass --force to replace it, or pick another --out")
-
-
-def made(path):
-    """path, its missing folders made: only once there is something to write, so that a run
-    failing on its inputs leaves no empty folders behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from tool_cli import OneLineParser, UsageError, integer, not_a_file, path_arg, same_paths, unwritable
+from tool_cli import OneLineParser, UsageError, integer, made, not_a_file, path_arg, same_paths, unwritable
 
 PROG = "plot_losses"
 STEP = re.compile(rb"step\s+(\d+) /\s+(\d+) \| loss (\S+)")
@@ -149,8 +149,7 @@ def draw(logs, out, force=False, title=None, smooth=1, labels=None):
     ax.legend()
     fig.tight_layout()
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)  # unwritable() let missing folders through: make them
-        with open(out, "wb" if force else "xb") as f:
+        with open(made(out), "wb" if force else "xb") as f:
             fig.savefig(f, format="png")
     except FileExistsError:
         raise PlotError(f"{str(out)!r} exists; pass --force to replace it, or give another -o") from None

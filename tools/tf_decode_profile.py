@@ -15,7 +15,7 @@ from tool_cli import OneLineParser, parsed, path_arg, positive_int
 from cudakit.gpu import unavailable_reason  # noqa: E402  (tool_cli put the checkout on sys.path)
 from tf_numba import assets  # noqa: E402
 from tf_numba.fp import FP_MODELS
-from tf_numba.generate import generate, prompt_size
+from tf_numba.generate import generate, prompt_size, tokens_problem
 from tf_numba.model import TFModel
 
 
@@ -34,9 +34,9 @@ def main(argv=None):
     except assets.AssetError as exc:
         print(f"tf_decode_profile: error: {exc}", file=sys.stderr)
         return 1
-    if args.tokens >= cfg.d_seq:  # else a traceback from the token buffer, as for a prompt past d_seq
-        print(f"tf_decode_profile: error: --tokens {args.tokens}: the model holds {cfg.d_seq} tokens, so pick 1 to "
-              f"{cfg.d_seq - 1} (see tf_decode_profile.py --help)", file=sys.stderr)
+    problem = tokens_problem(args.tokens, cfg.d_seq)
+    if problem:  # else a traceback from the token buffer, as for a prompt past d_seq
+        print(f"tf_decode_profile: error: {problem} (see tf_decode_profile.py --help)", file=sys.stderr)
         return 2
     reason = unavailable_reason()
     if reason is not None:  # else Numba's traceback of many lines at the first launch

@@ -32,7 +32,7 @@ from cudakit.stream import Recorded, Target  # noqa: E402
 from tf_numba import matmul as M  # noqa: E402
 from tf_numba.arena import padded  # noqa: E402
 from tf_numba.fp import FP_MODELS, is_fused  # noqa: E402
-from tool_cli import OneLineParser, parsed, path_arg, positive_int, unwritable  # noqa: E402
+from tool_cli import OneLineParser, made, parsed, path_arg, positive_int, unwritable  # noqa: E402
 
 T, D, V = 64, 768, 50257
 # (kind, rows, cols, sum length, a's shape, b's shape, how many a GPT-2 step runs)
@@ -345,8 +345,7 @@ def main(argv=None):
     table = sweep_rows(fused, args.l2_resident) if args.row else \
         sweep_tiles(fused, args.jobs, args.kinds, args.tiles, args.l2_resident)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"fp_model": args.fp_model, "l2_resident": args.l2_resident, **table}, indent=1))
+        made(args.out).write_text(json.dumps({"fp_model": args.fp_model, "l2_resident": args.l2_resident, **table}, indent=1))
     return 0
 
 

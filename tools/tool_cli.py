@@ -59,6 +59,13 @@ def positive_int(text):
     return value
 
 
+def made(path):
+    """path, its missing folders made (unwritable() lets them through): only once there is
+    something to write, so that a run failing on its inputs leaves no empty folders behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def not_a_file(path):
     """What path is when it exists but is not a regular file ('a folder', 'a FIFO', 'a character
     device', ...), else None; symlinks are followed. A missing or unreadable path is None: open()
